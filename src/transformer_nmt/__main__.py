@@ -1,0 +1,3 @@
+from transformer_nmt.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,70 @@
+"""Command line: ``python -m transformer_nmt <stage> ...`` (also the ``transformer-nmt`` command).
+
+Each stage lives in its own module ``transformer_nmt.cli.<module>`` that defines
+``configure(parser: argparse.ArgumentParser) -> None`` and ``run(args: argparse.Namespace) -> int``.
+Modules are imported only when their stage runs, so ``--help`` and light stages stay fast.
+Only the CLI reads config files; library functions take explicit typed arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from transformer_nmt.errors import UserFacingError
+
+# stage name -> (module under transformer_nmt.cli, one-line help)
+STAGES: dict[str, tuple[str, str]] = {
+    "info": ("info", "print a model preset's configuration and parameter count as JSON"),
+    "download": ("download", "fetch a dataset's files from their URLs or a mirror, sha256-verified"),
+    "prepare": ("prepare", "extract, read and clean a language pair's corpora into text splits"),
+    "spm-train": ("spm_train", "train the joint SentencePiece model of a language pair"),
+    "encode": ("encode", "encode text splits into memory-mappable token-id arrays"),
+    "train": ("train", "train a Transformer with PyTorch Lightning (resumes from checkpoints)"),
+    "average": ("average", "average the last K checkpoints into one model file"),
+    "translate": ("translate", "beam-search translate a file (or stdin) with a trained model"),
+    "score": ("score", "score hypotheses against references with sacreBLEU"),
+    "report": ("report", "aggregate every experiment's scores into a report"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="transformer_nmt",
+        description="Reproduce 'Attention Is All You Need' stage by stage.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
+    for name, (module, help_text) in STAGES.items():
+        stage_parser = sub.add_parser(name, help=help_text, description=help_text)
+        stage_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # Two passes: find the stage first, then let its module add its own arguments.
+    known, _ = parser.parse_known_args(argv)
+    module = importlib.import_module(f"transformer_nmt.cli.{known._module}")
+    stage_parser = _stage_parser(parser, known.stage)
+    module.configure(stage_parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(module.run(args) or 0)
+    except UserFacingError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def _stage_parser(parser: argparse.ArgumentParser, stage: str) -> argparse.ArgumentParser:
+    for action in parser._subparsers._group_actions:  # type: ignore[union-attr]
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[stage]
+    raise KeyError(stage)

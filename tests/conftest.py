@@ -1,0 +1,37 @@
+"""Shared pytest fixtures and marker handling."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _shared_data_dir() -> Path:
+    """The offline mirror of public datasets (``../shared/data`` beside the checkout)."""
+    env = os.environ.get("TRANSFORMER_NMT_TEST_MIRROR")
+    if env:
+        return Path(env)
+    return REPO_ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_mirror() -> Path:
+    """Directory laid out as ``<mirror>/<dataset>/<filename>``; skips when it is absent."""
+    mirror = _shared_data_dir()
+    if not (mirror / "multi30k" / "SHA256SUMS").is_file():
+        pytest.skip(f"dataset mirror not found at {mirror} (set TRANSFORMER_NMT_TEST_MIRROR)")
+    return mirror
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
