@@ -1,0 +1,39 @@
+"""The repository's own promises: CI runs the README's test command, the environment matches."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import yaml
+
+from tests.conftest import REPO_ROOT
+
+
+def _readme_test_command() -> str:
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = re.search(r"^## Tests\s*$(.*?)(?=^## )", readme + "\n## ", re.M | re.S)
+    assert section, "README.md has no '## Tests' section"
+    block = re.search(r"```(?:bash|sh|console)?\n(.*?)```", section.group(1), re.S)
+    assert block, "README.md's Tests section has no fenced command"
+    lines = [ln.strip() for ln in block.group(1).splitlines() if ln.strip()]
+    return lines[0]
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    ci = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    last_command = [ln.strip() for ln in ci.splitlines() if ln.strip() and not ln.startswith("#")][
+        -1
+    ]
+    assert last_command == _readme_test_command()
+
+
+def test_environment_yml_installs_every_runtime_dependency() -> None:
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    env = yaml.safe_load((REPO_ROOT / "environment.yml").read_text(encoding="utf-8"))
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+
+    def names(requirements: list[str]) -> set[str]:
+        return {re.split(r"[<>=!~\[ ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+    assert names(pyproject["project"]["dependencies"]) <= names(pip_section)
