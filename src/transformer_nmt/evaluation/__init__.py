@@ -1,0 +1,1 @@
+"""Evaluation: sacreBLEU scoring of translations (``score``) and the results report (``report``)."""

@@ -1,0 +1,142 @@
+"""Scoring translations with sacreBLEU, the primary number and the paper-comparable one.
+
+Three views of the same hypotheses:
+
+- ``bleu`` and ``chrf``: sacreBLEU on detokenised text with its default 13a tokenisation, with the
+  metric signature. This is the primary, reproducible number (Post, 2018).
+- ``bleu_paper``: what the paper reported (§6.1, Table 2). The paper's scores came from
+  tensor2tensor's ``get_ende_bleu.sh``: Moses ``tokenizer.perl -l <lang>`` on hypotheses and
+  references, compound splitting ``a-b`` -> ``a ##AT##-##AT## b``, then ``multi-bleu.perl``
+  (case-sensitive BLEU on the tokens, no smoothing). We use sacremoses for the Moses step and
+  sacreBLEU with ``tokenize="none", smooth_method="none"`` for multi-bleu.
+- ``bleu_lc_tok``: lowercased BLEU on Moses-tokenised text (``multi-bleu.perl -lc``), the number
+  the Multi30k literature reports.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sacrebleu.metrics import BLEU, CHRF
+from sacremoses import MosesTokenizer
+
+from transformer_nmt.errors import DataError
+
+# tensor2tensor get_ende_bleu.sh: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'
+# Python's re.sub is non-overlapping left to right like perl's /g:
+# "a-b-c" -> "a ##AT##-##AT## b-c", exactly as the perl one-liner does.
+_COMPOUND = re.compile(r"(\S)-(\S)")
+
+PAPER_BLEU_METHOD = (
+    "sacremoses MosesTokenizer(lang, escape=True) on hyp and ref, compound splitting "
+    "(\\S)-(\\S) -> '\\1 ##AT##-##AT## \\2', BLEU on tokens (sacreBLEU tokenize=none, "
+    "smooth=none) = tensor2tensor get_ende_bleu.sh + multi-bleu.perl"
+)
+LC_TOK_BLEU_METHOD = (
+    "sacremoses MosesTokenizer(lang, escape=True) on hyp and ref, lowercased BLEU on tokens "
+    "(sacreBLEU tokenize=none, lowercase, smooth=none) = multi-bleu.perl -lc"
+)
+
+
+@dataclass(frozen=True)
+class ScoreSet:
+    """The scores of one hypothesis file against one reference file."""
+
+    sentences: int
+    bleu: dict[str, Any]
+    chrf: dict[str, Any]
+    bleu_paper: dict[str, Any]
+    bleu_lc_tok: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sentences": self.sentences,
+            "bleu": self.bleu,
+            "chrf": self.chrf,
+            "bleu_paper": self.bleu_paper,
+            "bleu_lc_tok": self.bleu_lc_tok,
+        }
+
+
+def split_compounds(tokenized: str) -> str:
+    """tensor2tensor's ``##AT##`` compound splitting of an already Moses-tokenised line."""
+    return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", tokenized)
+
+
+def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
+    """Moses ``tokenizer.perl -l lang`` (with its default XML escaping) via sacremoses."""
+    tokenizer = MosesTokenizer(lang=lang)
+    return [tokenizer.tokenize(line, return_str=True, escape=True) for line in lines]
+
+
+def _bleu_dict(metric: BLEU, hyps: Sequence[str], refs: Sequence[str]) -> dict[str, Any]:
+    result = metric.corpus_score(list(hyps), [list(refs)])
+    return {
+        "score": float(result.score),
+        "precisions": [float(p) for p in result.precisions],
+        "bp": float(result.bp),
+        "sys_len": int(result.sys_len),
+        "ref_len": int(result.ref_len),
+        "signature": str(metric.get_signature()),
+    }
+
+
+def score_lines(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str) -> ScoreSet:
+    """Score aligned hypothesis and reference lines (same length, one sentence each)."""
+    if len(hyps) != len(refs):
+        raise DataError(f"{len(hyps)} hypotheses but {len(refs)} references")
+    if not hyps:
+        raise DataError("nothing to score: no sentences")
+
+    bleu = _bleu_dict(BLEU(), hyps, refs)
+    chrf_metric = CHRF()
+    chrf_result = chrf_metric.corpus_score(list(hyps), [list(refs)])
+    chrf = {"score": float(chrf_result.score), "signature": str(chrf_metric.get_signature())}
+
+    hyps_tok = moses_tokenize(hyps, tgt_lang)
+    refs_tok = moses_tokenize(refs, tgt_lang)
+    on_tokens = {"tokenize": "none", "force": True, "smooth_method": "none"}
+    bleu_paper = _bleu_dict(
+        BLEU(**on_tokens),
+        [split_compounds(h) for h in hyps_tok],
+        [split_compounds(r) for r in refs_tok],
+    )
+    bleu_paper["method"] = PAPER_BLEU_METHOD
+    bleu_lc_tok = _bleu_dict(BLEU(lowercase=True, **on_tokens), hyps_tok, refs_tok)
+    bleu_lc_tok["method"] = LC_TOK_BLEU_METHOD
+    return ScoreSet(len(hyps), bleu, chrf, bleu_paper, bleu_lc_tok)
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Read a UTF-8 text file as a list of lines without their line endings."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line}: invalid UTF-8 ({err.reason})") from err
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline ends the last line; it does not start a new one
+    return [line.rstrip("\r") for line in lines]
+
+
+def score_files(hyp_path: str | Path, ref_path: str | Path, tgt_lang: str) -> ScoreSet:
+    """Score a hypothesis file against a reference file; line counts must match."""
+    hyps = read_lines(hyp_path)
+    refs = read_lines(ref_path)
+    if len(hyps) != len(refs):
+        raise DataError(
+            f"line count mismatch: {hyp_path} has {len(hyps)} lines "
+            f"but {ref_path} has {len(refs)} lines"
+        )
+    if not hyps:
+        raise DataError(f"nothing to score: {hyp_path} and {ref_path} are empty")
+    return score_lines(hyps, refs, tgt_lang)

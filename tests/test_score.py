@@ -1,0 +1,146 @@
+"""sacreBLEU scoring: primary detokenised BLEU/chrF and the paper-comparable tokenized BLEU."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from transformer_nmt.cli import main
+from transformer_nmt.errors import DataError
+from transformer_nmt.evaluation.score import (
+    moses_tokenize,
+    read_lines,
+    score_files,
+    score_lines,
+    split_compounds,
+)
+
+
+def _write(path: Path, lines: list[str], final_newline: bool = True) -> Path:
+    path.write_text("\n".join(lines) + ("\n" if final_newline else ""), encoding="utf-8")
+    return path
+
+
+def test_compound_splitting_matches_tensor2tensor_perl_regex() -> None:
+    # Expected strings produced by: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'
+    assert split_compounds("rich-text format") == "rich ##AT##-##AT## text format"
+    assert (
+        split_compounds("a-b-c x - y 3.5-mal") == "a ##AT##-##AT## b-c x - y 3.5 ##AT##-##AT## mal"
+    )
+
+
+def test_moses_tokenization_splits_punctuation_and_escapes() -> None:
+    assert moses_tokenize(['Ein "Test", oder?', "A & B"], "de") == [
+        "Ein &quot; Test &quot; , oder ?",
+        "A &amp; B",
+    ]
+
+
+def test_identical_text_scores_100_everywhere() -> None:
+    lines = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee-Feld."]
+    scores = score_lines(lines, lines, "de")
+    for key in ("bleu", "chrf", "bleu_paper", "bleu_lc_tok"):
+        assert getattr(scores, key)["score"] == pytest.approx(100.0)
+    assert scores.sentences == 2
+
+
+def test_tokenized_bleu_matches_hand_computation() -> None:
+    # One sentence, already tokenized: 1..4-gram precisions 4/5, 3/4, 2/3, 1/2, BP = 1.
+    scores = score_lines(["a b c d e"], ["a b c d f"], "en")
+    expected = 100 * math.exp(sum(math.log(p) for p in (4 / 5, 3 / 4, 2 / 3, 1 / 2)) / 4)
+    assert scores.bleu_paper["score"] == pytest.approx(expected, abs=1e-6)
+    assert scores.bleu_paper["precisions"] == pytest.approx([80.0, 75.0, 200 / 3, 50.0])
+    assert scores.bleu_paper["bp"] == pytest.approx(1.0)
+    # multi-bleu.perl has no smoothing: a missing 4-gram match gives 0.
+    assert score_lines(["a b c x e"], ["a b c d e"], "en").bleu_paper["score"] == 0.0
+
+
+def test_paper_bleu_uses_moses_tokens_and_compound_splitting() -> None:
+    hyp = ["Das ist ein Hals-Nasen-Arzt , sagt er ."]
+    ref = ["Das ist ein Hals-Nasen-Arzt, sagt er."]
+    scores = score_lines(hyp, ref, "de")
+    # After Moses tokenization both sides are identical.
+    assert scores.bleu_paper["score"] == pytest.approx(100.0)
+    assert scores.bleu_paper["sys_len"] == len(
+        split_compounds(moses_tokenize(ref, "de")[0]).split()
+    )
+    assert "##AT##" in scores.bleu_paper["method"]
+    assert "tok:none" in scores.bleu_paper["signature"]
+    assert "smooth:none" in scores.bleu_paper["signature"]
+
+
+def test_lowercased_tokenized_bleu_ignores_case_but_paper_bleu_does_not() -> None:
+    hyp = ["EIN MANN SCHLÄFT AUF DER BANK ."]
+    ref = ["ein Mann schläft auf der Bank."]
+    scores = score_lines(hyp, ref, "de")
+    assert scores.bleu_lc_tok["score"] == pytest.approx(100.0)
+    assert "case:lc" in scores.bleu_lc_tok["signature"]
+    assert scores.bleu_paper["score"] < 50.0
+
+
+def test_primary_scores_carry_sacrebleu_signatures() -> None:
+    scores = score_lines(["Der Hund rennt."], ["Der Hund läuft."], "de")
+    assert "tok:13a" in scores.bleu["signature"] and "nrefs:1" in scores.bleu["signature"]
+    assert scores.chrf["signature"].startswith("nrefs:1")
+    assert 0.0 < scores.chrf["score"] < 100.0
+    assert 0.0 <= scores.bleu["score"] < 100.0
+
+
+def test_read_lines_handles_final_newline_and_crlf(tmp_path: Path) -> None:
+    a = _write(tmp_path / "a.txt", ["x", "y"], final_newline=False)
+    b = tmp_path / "b.txt"
+    b.write_bytes(b"x\r\ny\r\n")
+    assert read_lines(a) == read_lines(b) == ["x", "y"]
+    empty_line = _write(tmp_path / "c.txt", ["x", "", "y"])
+    assert read_lines(empty_line) == ["x", "", "y"]
+
+
+def test_line_count_mismatch_names_both_files(tmp_path: Path) -> None:
+    hyp = _write(tmp_path / "t.hyp", ["a", "b"])
+    ref = _write(tmp_path / "t.de", ["a", "b", "c"])
+    with pytest.raises(DataError, match=r"t\.hyp has 2 lines but .*t\.de has 3 lines"):
+        score_files(hyp, ref, "de")
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path: Path) -> None:
+    hyp = tmp_path / "bad.hyp"
+    hyp.write_bytes(b"ok\nalso ok\nbroken \xff here\n")
+    ref = _write(tmp_path / "ref.de", ["ok", "also ok", "fine"])
+    with pytest.raises(DataError, match=r"bad\.hyp:3: invalid UTF-8"):
+        score_files(hyp, ref, "de")
+
+
+def test_cli_writes_one_json_with_every_score(tmp_path: Path) -> None:
+    hyp = _write(tmp_path / "test.hyp", ["Ein Mann fährt Rad.", "Eine Frau liest ein Buch."])
+    ref = _write(tmp_path / "test.de", ["Ein Mann fährt Fahrrad.", "Eine Frau liest ein Buch."])
+    out = tmp_path / "runs" / "test.scores.json"
+    assert (
+        main(["score", "--hyp", str(hyp), "--ref", str(ref), "--tgt-lang", "de", "--out", str(out)])
+        == 0
+    )
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["sentences"] == 2 and data["tgt_lang"] == "de"
+    assert data["hyp"] == str(hyp) and data["ref"] == str(ref)
+    direct = score_files(hyp, ref, "de").to_dict()
+    for key in ("bleu", "chrf", "bleu_paper", "bleu_lc_tok"):
+        assert data[key] == direct[key]
+        assert 0.0 < data[key]["score"] < 100.0
+
+
+def test_cli_mismatch_exits_2_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hyp = _write(tmp_path / "x.hyp", ["a"])
+    ref = _write(tmp_path / "x.de", ["a", "b"])
+    out = tmp_path / "x.scores.json"
+    assert (
+        main(["score", "--hyp", str(hyp), "--ref", str(ref), "--tgt-lang", "de", "--out", str(out)])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "error: line count mismatch" in err and "x.hyp" in err and "x.de" in err
+    assert not out.exists()
+    assert set(tmp_path.iterdir()) == {hyp, ref}
