@@ -1,0 +1,48 @@
+"""``report``: aggregate every experiment's scores into ``results/report.md``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+from transformer_nmt.errors import ConfigError
+from transformer_nmt.evaluation.report import build_report
+from transformer_nmt.io_utils import atomic_open
+
+log = logging.getLogger(__name__)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--scores",
+        nargs="+",
+        required=True,
+        help="results/runs/{experiment}/{test_set}.scores.json",
+    )
+    parser.add_argument("--out", required=True, help="the Markdown report to write")
+    parser.add_argument(
+        "--experiments",
+        default="{}",
+        help='JSON: {"<experiment>": {"dataset": ..., "pair": "en-de", "preset": "base"}}; '
+        "puts the paper's Table 2 number beside WMT14 base/big rows",
+    )
+
+
+def _parse_experiments(text: str) -> dict[str, dict[str, str]]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"--experiments: not valid JSON ({err})") from err
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise ConfigError("--experiments: expected a JSON object of objects, one per experiment")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    experiments = _parse_experiments(args.experiments)
+    text = build_report(args.scores, experiments)
+    with atomic_open(args.out) as handle:
+        handle.write(text)
+    log.info("wrote %s (%d score files)", args.out, len(args.scores))
+    return 0

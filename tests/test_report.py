@@ -1,0 +1,118 @@
+"""The results report: rows per experiment × test set, the paper's Table 2 beside WMT14 rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from transformer_nmt.cli import main
+from transformer_nmt.errors import DataError
+from transformer_nmt.evaluation.report import PAPER_TABLE2, build_report
+
+EXPERIMENTS = {
+    "wmt_big": {"dataset": "wmt14_en_de", "pair": "en-de", "preset": "big"},
+    "wmt_fr_base": {"dataset": "wmt14_en_fr", "pair": "en-fr", "preset": "base"},
+    "m30k": {"dataset": "multi30k", "pair": "en-de", "preset": "tiny"},
+}
+
+
+def _scores(run_dir: Path, test_set: str, bleu: float, n: int = 100) -> Path:
+    path = run_dir / f"{test_set}.scores.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "sentences": n,
+        "bleu": {"score": bleu, "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp"},
+        "chrf": {"score": bleu + 20, "signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0"},
+        "bleu_paper": {"score": bleu + 1, "signature": "tok:none"},
+        "bleu_lc_tok": {"score": bleu + 2, "signature": "case:lc|tok:none"},
+    }
+    path.write_text(json.dumps(payload), encoding="utf-8")
+    return path
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| exp")]
+    return [[cell.strip() for cell in ln.strip("|").split("|")] for ln in rows]
+
+
+def test_table2_numbers_are_the_papers() -> None:
+    assert PAPER_TABLE2 == {
+        ("wmt14_en_de", "en-de", "base"): 27.3,
+        ("wmt14_en_de", "en-de", "big"): 28.4,
+        ("wmt14_en_fr", "en-fr", "base"): 38.1,
+        ("wmt14_en_fr", "en-fr", "big"): 41.8,
+    }
+
+
+def test_rows_sorted_with_scores_and_paper_numbers_only_on_wmt14_test(tmp_path: Path) -> None:
+    runs = tmp_path / "results" / "runs"
+    paths = [
+        _scores(runs / "wmt_big", "newstest2014", 26.5, n=3003),
+        _scores(runs / "m30k", "test_2017_flickr", 30.0),
+        _scores(runs / "m30k", "test_2016_flickr", 35.25),
+        _scores(runs / "wmt_big", "newstest2013", 25.0, n=3000),
+        _scores(runs / "wmt_fr_base", "newstest2014", 37.0, n=3003),
+    ]
+    text = build_report(paths, EXPERIMENTS)
+    rows = _table_rows(text)
+    assert [(r[0], r[3]) for r in rows] == [
+        ("m30k", "test_2016_flickr"),
+        ("m30k", "test_2017_flickr"),
+        ("wmt_big", "newstest2013"),
+        ("wmt_big", "newstest2014"),
+        ("wmt_fr_base", "newstest2014"),
+    ]
+    # columns: experiment, data, preset, test set, sentences, BLEU, chrF, tok BLEU, paper, lc
+    assert rows[0][1:] == ["multi30k en-de", "tiny", "test_2016_flickr", "100", "35.25", "55.25",
+                           "36.25", "—", "37.25"]  # fmt: skip
+    assert rows[2][8] == "—"  # newstest2013 is the dev set: no paper number
+    assert rows[3][4] == "3003" and rows[3][8] == "28.40"
+    assert rows[4][8] == "38.10"
+    assert "`nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp`" in text
+    assert "`nrefs:1|case:mixed|eff:yes|nc:6|nw:0`" in text
+
+
+def test_unknown_experiment_is_reported_without_paper_number(tmp_path: Path) -> None:
+    path = _scores(tmp_path / "other", "newstest2014", 20.0)
+    rows = _table_rows(build_report([path], {}))
+    assert rows == [["other", "—", "—", "newstest2014", "100", "20.00", "40.00", "21.00", "—",
+                     "22.00"]]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", r"not valid JSON"),
+        ('{"sentences": 3, "bleu": {"score": 1}}', r"missing key 'chrf'"),
+        (
+            '{"sentences": 3, "bleu": {"score": "x"}, "chrf": {}, "bleu_paper": {}, '
+            '"bleu_lc_tok": {}}',
+            r"key 'bleu' has no numeric 'score'",
+        ),
+    ],
+)
+def test_malformed_scores_file_names_file_and_key(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    path = tmp_path / "exp" / "test.scores.json"
+    path.parent.mkdir()
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError, match=rf"test\.scores\.json: {message}"):
+        build_report([path], {})
+
+
+def test_cli_writes_report_and_fails_cleanly(tmp_path: Path) -> None:
+    good = _scores(tmp_path / "runs" / "wmt_big", "newstest2014", 27.0)
+    out = tmp_path / "report.md"
+    experiments = json.dumps(EXPERIMENTS)
+    args = ["report", "--scores", str(good), "--out", str(out), "--experiments", experiments]
+    assert main(args) == 0
+    assert _table_rows(out.read_text(encoding="utf-8"))[0][8] == "28.40"
+
+    out2 = tmp_path / "report2.md"
+    assert main(["report", "--scores", str(good), "--out", str(out2), "--experiments", "[1]"]) == 2
+    missing = tmp_path / "runs" / "x" / "missing.scores.json"
+    assert main(["report", "--scores", str(missing), "--out", str(out2)]) == 2
+    assert not out2.exists()
