@@ -1,0 +1,378 @@
+"""MLflow tracking: one MLflow run per pipeline experiment, every stage logging into it.
+
+Layout (docs/interfaces.md): MLflow *experiment* = dataset pair (``multi30k_en-de``), MLflow
+*run* = pipeline experiment (run name = the experiment's name). Each stage enters
+``stage_run(experiment, run_name, stage, params, tags)``, which finds or creates that run and
+logs the stage's params under the stage's prefix (``train.max_steps``), its tags (git commit,
+stage status, data checksums) and then yields a :class:`StageRun` for metrics and artifacts.
+
+Decisions documented here because they are not MLflow's defaults:
+
+* **Finding the run.** Runs are identified by the tag ``transformer_nmt.run`` (= run name); the
+  newest run with that tag that has not been superseded wins.
+* **Changed params (MLflow params are immutable).** When a stage re-runs with a value that
+  differs from the one already logged under its prefix (e.g. ``train.max_steps`` 100 -> 200),
+  the current run is *superseded*: a fresh run with the same name is created, the params and
+  user tags of the *other* stages are copied into it, and the two runs are linked by the tags
+  ``transformer_nmt.superseded_by`` / ``transformer_nmt.supersedes``. Metrics and artifacts of
+  the older stages stay in the superseded run (reachable through that tag). Re-running a stage
+  with identical params (e.g. a resumed training job) logs into the same run.
+  Jobs of one stage that run in parallel for different inputs (translate of two test sets)
+  must either log identical params or use a qualified stage name (``translate.test_2016``).
+* **Concurrency.** Several Snakemake jobs may share one SQLite store. Every MLflow call is
+  retried with exponential backoff when the database reports a lock, and the store creation
+  (schema migration of a fresh database), experiment creation and run find-or-create happen
+  under an exclusive ``fcntl`` file lock (``<db>.lock`` next to a SQLite file; a per-URI lock
+  file in the temp dir for other stores, which serialises jobs of one host).
+* **Artifacts** of a SQLite store go to ``<db dir>/mlruns/`` (fixed at experiment creation), so
+  jobs started from different working directories share them.
+
+MLflow imports lazily (its first import takes seconds), so untracked stages and ``--help`` stay
+fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RUN_TAG = "transformer_nmt.run"
+SUPERSEDED_BY_TAG = "transformer_nmt.superseded_by"
+SUPERSEDES_TAG = "transformer_nmt.supersedes"
+GIT_COMMIT_TAG = "mlflow.source.git.commit"
+
+# Retry budget for a locked database: ~0.05 s doubling to 2 s per wait, up to 120 s in all.
+_RETRY_TOTAL_S = 120.0
+_RETRY_FIRST_S = 0.05
+_RETRY_MAX_S = 2.0
+
+
+def tracking_uri() -> str:
+    """``$MLFLOW_TRACKING_URI`` or the embedded store ``sqlite:///<cwd>/mlflow.db``."""
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--mlflow-experiment`` and ``--mlflow-run``; without both a stage does not track."""
+    group = parser.add_argument_group("MLflow tracking (off unless both are given)")
+    group.add_argument(
+        "--mlflow-experiment",
+        default=None,
+        metavar="NAME",
+        help="MLflow experiment = dataset pair, e.g. multi30k_en-de",
+    )
+    group.add_argument(
+        "--mlflow-run",
+        default=None,
+        metavar="NAME",
+        help="MLflow run = the pipeline experiment's name",
+    )
+
+
+def git_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
+    """``git rev-parse HEAD`` of ``cwd`` (default: this package's checkout), or None."""
+    where = Path(cwd) if cwd is not None else Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = out.stdout.strip()
+    return commit or None
+
+
+def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Flatten nested dicts into dotted keys; lists and other values become strings/JSON."""
+    flat: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            flat.update(flatten_params(value, name))
+        elif isinstance(value, (list, tuple)):
+            flat[name] = json.dumps(list(value))
+        elif value is None:
+            flat[name] = "null"
+        else:
+            flat[name] = str(value)
+    return flat
+
+
+def _is_lock_error(err: BaseException) -> bool:
+    text = f"{type(err).__name__}: {err}".lower()
+    return (
+        "database is locked" in text
+        or "database table is locked" in text
+        or ("operationalerror" in text and "locked" in text)
+    )
+
+
+def with_retry(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call ``fn`` and retry with jittered exponential backoff while the store is locked."""
+    deadline = time.monotonic() + _RETRY_TOTAL_S
+    wait = _RETRY_FIRST_S
+    while True:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:
+            if not _is_lock_error(err) or time.monotonic() + wait > deadline:
+                raise
+            log.debug("MLflow store locked (%s); retrying in %.2f s", err, wait)
+            time.sleep(wait * (0.5 + random.random()))
+            wait = min(wait * 2, _RETRY_MAX_S)
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///") :]
+    if not path or path.startswith(":memory:"):
+        return None
+    return Path(path)
+
+
+def _lock_path(uri: str) -> Path:
+    db = _sqlite_path(uri)
+    if db is not None:
+        return db.with_name(db.name + ".lock")
+    digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"transformer_nmt-mlflow-{digest}.lock"
+
+
+@contextlib.contextmanager
+def _store_lock(uri: str) -> Iterator[None]:
+    """Exclusive inter-process lock for store creation and run find-or-create."""
+    path = _lock_path(uri)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _client(uri: str) -> Any:
+    """An ``MlflowClient`` whose store exists (tables migrated) when this returns.
+
+    Call under ``_store_lock``: the first client on a fresh SQLite file runs the schema
+    migration, which two processes must not do at once.
+    """
+    from mlflow.tracking import MlflowClient
+
+    db = _sqlite_path(uri)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    client = MlflowClient(tracking_uri=uri)
+    # Touch the store so that its creation (and migration) happens here, under the lock.
+    with_retry(client.search_experiments, max_results=1)
+    return client
+
+
+def _get_or_create_experiment(client: Any, uri: str, name: str) -> str:
+    experiment = with_retry(client.get_experiment_by_name, name)
+    if experiment is not None:
+        if experiment.lifecycle_stage == "deleted":
+            with_retry(client.restore_experiment, experiment.experiment_id)
+        return experiment.experiment_id
+    artifact_location = None
+    db = _sqlite_path(uri)
+    if db is not None:
+        artifact_location = (db.resolve().parent / "mlruns" / name).as_uri()
+    return with_retry(client.create_experiment, name, artifact_location=artifact_location)
+
+
+def _find_run(client: Any, experiment_id: str, run_name: str) -> Any | None:
+    """The newest active run tagged with ``run_name`` that no run has superseded."""
+    runs = with_retry(
+        client.search_runs,
+        [experiment_id],
+        filter_string=f"tags.`{RUN_TAG}` = '{_quote(run_name)}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=100,
+    )
+    for run in runs:
+        if SUPERSEDED_BY_TAG not in run.data.tags:
+            return run
+    return None
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _create_run(client: Any, experiment_id: str, run_name: str, tags: dict[str, str]) -> Any:
+    return with_retry(
+        client.create_run, experiment_id, tags={RUN_TAG: run_name, **tags}, run_name=run_name
+    )
+
+
+def _log_params(client: Any, run_id: str, params: Mapping[str, str]) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(key, value) for key, value in sorted(params.items())]
+    # log_batch accepts at most 100 params per call.
+    for start in range(0, len(items), 100):
+        with_retry(client.log_batch, run_id, params=items[start : start + 100])
+
+
+def _set_tags(client: Any, run_id: str, tags: Mapping[str, str]) -> None:
+    from mlflow.entities import RunTag
+
+    items = [RunTag(key, str(value)) for key, value in sorted(tags.items())]
+    for start in range(0, len(items), 100):
+        with_retry(client.log_batch, run_id, tags=items[start : start + 100])
+
+
+def _changed_params(existing: Mapping[str, str], new: Mapping[str, str]) -> dict[str, tuple]:
+    return {k: (existing[k], v) for k, v in new.items() if k in existing and existing[k] != v}
+
+
+class StageRun:
+    """Handle on the MLflow run of one pipeline experiment, for one stage."""
+
+    def __init__(self, client: Any, run_id: str, experiment_id: str, stage: str) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.experiment_id = experiment_id
+        self.stage = stage
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Log a dict of scalar metrics at ``step`` (one batched, lock-retried call)."""
+        from mlflow.entities import Metric
+
+        timestamp = int(time.time() * 1000)
+        items = [
+            Metric(key, float(value), timestamp, int(step or 0))
+            for key, value in sorted(metrics.items())
+        ]
+        # MLflow rejects ±inf in some stores; NaN is stored. Keep both visible as NaN.
+        items = [
+            m if math.isfinite(m.value) else Metric(m.key, math.nan, m.timestamp, m.step)
+            for m in items
+        ]
+        for start in range(0, len(items), 1000):
+            with_retry(self.client.log_batch, self.run_id, metrics=items[start : start + 1000])
+
+    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        """Copy a local file (or directory) into the run's artifacts."""
+        path = Path(path)
+        if path.is_dir():
+            with_retry(self.client.log_artifacts, self.run_id, str(path), artifact_path)
+        else:
+            with_retry(self.client.log_artifact, self.run_id, str(path), artifact_path)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        _set_tags(self.client, self.run_id, {k: str(v) for k, v in tags.items()})
+
+
+@contextlib.contextmanager
+def stage_run(
+    experiment: str | None,
+    run_name: str | None,
+    stage: str,
+    params: Mapping[str, Any] | None = None,
+    tags: Mapping[str, Any] | None = None,
+) -> Iterator[StageRun | None]:
+    """Track one stage of a pipeline experiment in MLflow; yields None when not tracking.
+
+    ``params`` (nested dicts allowed) are logged as ``<stage>.<key>``; ``tags`` as given (data
+    checksums, ...); plus the git commit and ``stage.<stage>.status`` (running/finished/failed).
+    """
+    if experiment is None or run_name is None:
+        yield None
+        return
+    uri = tracking_uri()
+    flat = flatten_params(params or {}, prefix=stage)
+    commit = git_commit()
+    stage_tags = {f"stage.{stage}.status": "running"}
+    if commit:
+        stage_tags[GIT_COMMIT_TAG] = commit
+        stage_tags[f"stage.{stage}.git_commit"] = commit
+    stage_tags.update({k: str(v) for k, v in (tags or {}).items()})
+
+    with _store_lock(uri):
+        client = _client(uri)
+        experiment_id = _get_or_create_experiment(client, uri, experiment)
+        run = _find_run(client, experiment_id, run_name)
+        if run is None:
+            run = _create_run(client, experiment_id, run_name, {})
+            log.info("MLflow: created run %r (%s) in %r", run_name, run.info.run_id, experiment)
+        else:
+            changed = _changed_params(run.data.params, flat)
+            if changed:
+                run = _supersede(client, run, experiment_id, run_name, stage, changed)
+        run_id = run.info.run_id
+        _log_params(client, run_id, flat)
+        _set_tags(client, run_id, stage_tags)
+
+    handle = StageRun(client, run_id, experiment_id, stage)
+    try:
+        yield handle
+    except BaseException:
+        with contextlib.suppress(Exception):
+            handle.set_tags({f"stage.{stage}.status": "failed"})
+            with_retry(client.update_run, run_id, status="FAILED")
+        raise
+    handle.set_tags({f"stage.{stage}.status": "finished"})
+    with_retry(client.update_run, run_id, status="FINISHED")
+
+
+def _supersede(
+    client: Any,
+    old: Any,
+    experiment_id: str,
+    run_name: str,
+    stage: str,
+    changed: Mapping[str, tuple],
+) -> Any:
+    """Start a fresh run for ``run_name`` carrying the other stages' params and tags."""
+    prefix = f"{stage}."
+    keep_params = {k: v for k, v in old.data.params.items() if not k.startswith(prefix)}
+    keep_tags = {
+        k: v
+        for k, v in old.data.tags.items()
+        if not k.startswith("mlflow.")
+        and k not in (RUN_TAG, SUPERSEDES_TAG, SUPERSEDED_BY_TAG)
+        and not k.startswith(f"stage.{stage}.")
+    }
+    new = _create_run(
+        client, experiment_id, run_name, {**keep_tags, SUPERSEDES_TAG: old.info.run_id}
+    )
+    _log_params(client, new.info.run_id, keep_params)
+    _set_tags(client, old.info.run_id, {SUPERSEDED_BY_TAG: new.info.run_id})
+    summary = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in sorted(changed.items()))
+    log.warning(
+        "MLflow: stage %r re-ran with changed params (%s); run %s is superseded by new run %s",
+        stage,
+        summary,
+        old.info.run_id,
+        new.info.run_id,
+    )
+    return new
