@@ -1,0 +1,1 @@
+"""Data stages: registry, download, prepare/clean, SentencePiece, token arrays, batching."""

@@ -1,0 +1,181 @@
+"""LightningDataModule over the token arrays of one language pair (``results/bin/D/P``).
+
+Batches are dicts of long tensors, padded with PAD_ID:
+- ``src``     [B, S]: ``x EOS``       (the encoder input; the source ends with EOS),
+- ``tgt_in``  [B, T]: ``BOS y``       (the decoder input, shifted right, §3),
+- ``tgt_out`` [B, T]: ``y EOS``       (what the decoder must predict),
+- ``index``   [B]:    example indices in the split (to find the references).
+
+Batch composition comes from ``TokenBatchSampler`` (token-bounded, grouped by length, one
+disjoint share per rank). The sampler is given to the DataLoader as its ``sampler`` with
+``batch_size=None``, and the dataset fetches a whole batch per index list: one call per batch
+(fast), and Lightning finds ``dataloader.sampler.set_epoch`` and calls it every epoch (Lightning
+looks for ``set_epoch`` on ``dataloader.sampler`` and ``dataloader.batch_sampler.sampler``).
+Use ``Trainer(use_distributed_sampler=False)``: the sampler already splits across ranks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from transformer_nmt.data.sampler import TokenBatchSampler
+from transformer_nmt.data.token_array import TokenArray
+from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from transformer_nmt.errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+def pad_sequences(
+    seqs: Sequence[np.ndarray], *, prefix: int | None = None, suffix: int | None = None
+) -> torch.Tensor:
+    """[B, L] long tensor of ``prefix + seq + suffix`` rows, right-padded with PAD_ID."""
+    extra = (prefix is not None) + (suffix is not None)
+    width = max((len(s) for s in seqs), default=0) + extra
+    out = torch.full((len(seqs), width), PAD_ID, dtype=torch.long)
+    start = 1 if prefix is not None else 0
+    if prefix is not None:
+        out[:, 0] = prefix
+    for row, seq in enumerate(seqs):
+        n = len(seq)
+        out[row, start : start + n] = torch.from_numpy(np.asarray(seq, dtype=np.int64))
+        if suffix is not None:
+            out[row, start + n] = suffix
+    return out
+
+
+def source_batch(seqs: Sequence[np.ndarray]) -> torch.Tensor:
+    """Encoder input ``x EOS`` [B, S], padded: the same form at training and translation time."""
+    return pad_sequences(seqs, suffix=EOS_ID)
+
+
+def collate_pairs(
+    src: Sequence[np.ndarray], tgt: Sequence[np.ndarray], indices: Sequence[int]
+) -> dict[str, torch.Tensor]:
+    """The batch dict (see the module docstring) of aligned source/target id sequences."""
+    return {
+        "src": source_batch(src),
+        "tgt_in": pad_sequences(tgt, prefix=BOS_ID),
+        "tgt_out": pad_sequences(tgt, suffix=EOS_ID),
+        "index": torch.as_tensor(list(indices), dtype=torch.long),
+    }
+
+
+class PairDataset(Dataset):
+    """Aligned source/target token arrays; ``ds[list_of_indices]`` returns a collated batch."""
+
+    def __init__(self, src: TokenArray, tgt: TokenArray) -> None:
+        if len(src) != len(tgt):
+            raise DataError(
+                f"{src.prefix} has {len(src)} sentences but {tgt.prefix} has {len(tgt)}: "
+                "source and target token arrays are misaligned"
+            )
+        self.src, self.tgt = src, tgt
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        return collate_pairs(
+            [self.src[i] for i in indices], [self.tgt[i] for i in indices], indices
+        )
+
+
+class TranslationDataModule(L.LightningDataModule):
+    """Train/valid/test loaders over ``{bin_dir}/{split}.{lang}.tokens.npy`` + offsets.
+
+    ``max_tokens``: per device per batch, counting padding (§5.1). ``max_positions``: longest
+    side (with BOS/EOS) the model accepts; longer examples are dropped with a warning.
+    """
+
+    def __init__(
+        self,
+        bin_dir: str | Path,
+        src_lang: str,
+        tgt_lang: str,
+        max_tokens: int = 4096,
+        seed: int = 1,
+        train_split: str = "train",
+        valid_split: str = "valid",
+        num_workers: int = 0,
+        max_positions: int = 1024,
+        test_splits: Sequence[str] = (),
+    ) -> None:
+        super().__init__()
+        self.bin_dir = Path(bin_dir)
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+        self.max_tokens, self.seed = max_tokens, seed
+        self.train_split, self.valid_split = train_split, valid_split
+        self.test_splits = list(test_splits)
+        self.num_workers, self.max_positions = num_workers, max_positions
+        self._datasets: dict[str, PairDataset] = {}
+        self.samplers: dict[str, TokenBatchSampler] = {}
+
+    def rank_and_world_size(self) -> tuple[int, int]:
+        """(global rank, world size) of the attached trainer, else (0, 1)."""
+        trainer = self.trainer
+        if trainer is None:
+            return 0, 1
+        return int(trainer.global_rank), int(trainer.world_size)
+
+    def dataset(self, split: str) -> PairDataset:
+        """The (cached) aligned token arrays of ``split``."""
+        if split not in self._datasets:
+            self._datasets[split] = PairDataset(
+                TokenArray(self.bin_dir / f"{split}.{self.src_lang}"),
+                TokenArray(self.bin_dir / f"{split}.{self.tgt_lang}"),
+            )
+        return self._datasets[split]
+
+    def setup(self, stage: str | None = None) -> None:
+        if stage in (None, "fit"):
+            self.dataset(self.train_split)
+        if stage in (None, "fit", "validate"):
+            self.dataset(self.valid_split)
+        if stage in (None, "test"):
+            for split in self.test_splits:
+                self.dataset(split)
+
+    def batch_sampler(self, split: str, *, shuffle: bool) -> TokenBatchSampler:
+        """A new token-batch sampler over ``split`` for this process's rank."""
+        ds = self.dataset(split)
+        rank, world_size = self.rank_and_world_size()
+        sampler = TokenBatchSampler(
+            ds.src.lengths,
+            ds.tgt.lengths,
+            max_tokens=self.max_tokens,
+            shuffle=shuffle,
+            seed=self.seed,
+            rank=rank,
+            world_size=world_size,
+            max_positions=self.max_positions,
+            name=f"{self.bin_dir}/{split}",
+        )
+        self.samplers[split] = sampler
+        return sampler
+
+    def dataloader(self, split: str, *, shuffle: bool) -> DataLoader:
+        return DataLoader(
+            self.dataset(split),
+            sampler=self.batch_sampler(split, shuffle=shuffle),
+            batch_size=None,  # the sampler yields whole batches; the dataset collates them
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            pin_memory=torch.cuda.is_available(),
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self.dataloader(self.train_split, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self.dataloader(self.valid_split, shuffle=False)
+
+    def test_dataloader(self) -> list[DataLoader]:
+        return [self.dataloader(split, shuffle=False) for split in self.test_splits]

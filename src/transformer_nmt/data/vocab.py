@@ -1,0 +1,80 @@
+"""Special token ids and the vocabulary identity of a SentencePiece model.
+
+Every SentencePiece model this project trains fixes ``pad=0, unk=1, bos=2, eos=3`` (see
+``data/spm.py``), so the model, the loss and the search can use these constants without
+reading the model file. ``VocabInfo.sha256`` (of the ``.model`` file) is the vocabulary's
+identity: checkpoints record it so that a model is never decoded with another vocabulary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from transformer_nmt.errors import ConfigError, DataError
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """Size, special ids and identity (sha256 of the ``.model`` file) of a vocabulary."""
+
+    size: int
+    pad_id: int
+    unk_id: int
+    bos_id: int
+    eos_id: int
+    sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> VocabInfo:
+        expected = {"size", "pad_id", "unk_id", "bos_id", "eos_id", "sha256"}
+        unknown = sorted(set(d) - expected)
+        missing = sorted(expected - set(d))
+        if unknown or missing:
+            raise ConfigError(f"VocabInfo: unknown keys {unknown}, missing keys {missing}")
+        return cls(**d)
+
+
+def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in chunks (bounded memory for multi-GB archives)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_vocab_info(spm_model_path: str | Path) -> VocabInfo:
+    """Size, special ids and sha256 of a SentencePiece model; DataError unless ids are fixed."""
+    import sentencepiece as spm
+
+    path = Path(spm_model_path)
+    if not path.is_file():
+        raise DataError(f"{path}: SentencePiece model not found")
+    try:
+        processor = spm.SentencePieceProcessor(model_file=str(path))
+    except (OSError, RuntimeError) as err:
+        raise DataError(f"{path}: not a readable SentencePiece model ({err})") from err
+    info = VocabInfo(
+        size=int(processor.get_piece_size()),
+        pad_id=int(processor.pad_id()),
+        unk_id=int(processor.unk_id()),
+        bos_id=int(processor.bos_id()),
+        eos_id=int(processor.eos_id()),
+        sha256=sha256_file(path),
+    )
+    fixed = {"pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
+    wrong = {k: getattr(info, k) for k, v in fixed.items() if getattr(info, k) != v}
+    if wrong:
+        raise DataError(f"{path}: special ids {wrong} differ from the fixed ids {fixed}")
+    return info

@@ -1,0 +1,206 @@
+"""Token-bounded batch sampler and the LightningDataModule, on synthetic token arrays."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from types import SimpleNamespace
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+
+from transformer_nmt.data.datamodule import TranslationDataModule, collate_pairs
+from transformer_nmt.data.sampler import TokenBatchSampler
+from transformer_nmt.data.token_array import write_token_array
+from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
+
+
+def _lengths(n=1000, seed=0, hi=60):
+    rng = np.random.default_rng(seed)
+    return rng.integers(1, hi, size=n), rng.integers(1, hi, size=n)
+
+
+def _padded_tokens(batch, src_len, tgt_len):
+    b = np.asarray(batch)
+    return len(b) * max((src_len[b] + 1).max(), (tgt_len[b] + 1).max())
+
+
+def test_batches_respect_max_tokens_and_cover_each_example_once():
+    src, tgt = _lengths()
+    sampler = TokenBatchSampler(src, tgt, max_tokens=500, shuffle=True, seed=3)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == sampler.num_batches
+    assert all(_padded_tokens(b, src, tgt) <= 500 for b in batches)
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    # greedy cut: adding the next length-sorted example would have broken the bound
+    order = sampler.order
+    for k in range(sampler.num_batches - 1):
+        grown = order[sampler.bounds[k] : sampler.bounds[k + 1] + 1]
+        assert _padded_tokens(grown, src, tgt) > 500
+
+
+def test_batches_group_similar_lengths():
+    src, tgt = _lengths(n=2000)
+    sampler = TokenBatchSampler(src, tgt, max_tokens=1000, shuffle=True, seed=1)
+    spread = [np.ptp(src[b]) for b in sampler]
+    assert np.mean(spread) <= 2  # sorted by source length: a batch spans a narrow range
+    padded = sum(_padded_tokens(b, src, tgt) for b in sampler)
+    real = int((np.maximum(src, tgt) + 1).sum())
+    assert real / padded > 0.6
+
+
+def test_shuffle_changes_with_epoch_and_is_reproducible():
+    src, tgt = _lengths()
+    a = TokenBatchSampler(src, tgt, max_tokens=400, shuffle=True, seed=7)
+    b = TokenBatchSampler(src, tgt, max_tokens=400, shuffle=True, seed=7)
+    a.set_epoch(0)
+    epoch0 = list(a)
+    a.set_epoch(1)
+    epoch1 = list(a)
+    b.set_epoch(1)
+    assert epoch1 == list(b)  # same seed and epoch: same order on every rank and rerun
+    assert epoch0 != epoch1
+    assert sorted(map(tuple, epoch0)) == sorted(map(tuple, epoch1))  # same batches, new order
+
+
+def test_eval_order_is_deterministic_and_unshuffled():
+    src, tgt = _lengths()
+    s = TokenBatchSampler(src, tgt, max_tokens=400, shuffle=False)
+    first = list(s)
+    s.set_epoch(5)
+    assert list(s) == first
+    flat = [i for b in first for i in b]
+    assert [(src[i], tgt[i]) for i in flat] == sorted((src[i], tgt[i]) for i in flat)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ranks_get_disjoint_shares_covering_the_epoch(world_size):
+    src, tgt = _lengths(n=997)
+    samplers = [
+        TokenBatchSampler(
+            src, tgt, max_tokens=300, shuffle=True, seed=2, rank=r, world_size=world_size
+        )
+        for r in range(world_size)
+    ]
+    for s in samplers:
+        s.set_epoch(4)
+    shares = [[tuple(b) for b in s] for s in samplers]
+    n = samplers[0].num_batches
+    assert {len(share) for share in shares} == {-(-n // world_size)}  # equal step counts
+    counts = Counter(b for share in shares for b in share)
+    all_batches = {tuple(samplers[0].batch(k)) for k in range(n)}
+    assert set(counts) == all_batches  # together they cover every batch
+    pad = -(-n // world_size) * world_size - n
+    assert sum(c - 1 for c in counts.values()) == pad < world_size  # only padding repeats
+    for r in range(world_size):
+        for q in range(r + 1, world_size):
+            assert len(set(shares[r]) & set(shares[q])) <= pad
+
+
+def test_over_long_examples_are_dropped_with_a_counted_warning(caplog):
+    src = np.array([3, 100, 5, 20, 4])
+    tgt = np.array([3, 4, 5, 6, 40])
+    with caplog.at_level(logging.WARNING):
+        s = TokenBatchSampler(src, tgt, max_tokens=64, shuffle=False, max_positions=30)
+    assert s.num_dropped == 2
+    assert sorted(i for b in s for i in b) == [0, 2, 3]
+    assert "dropped 2 of 5 examples longer than 30 tokens" in caplog.text
+
+
+def test_collate_adds_bos_eos_and_pads():
+    batch = collate_pairs(
+        [np.array([10, 11]), np.array([12])], [np.array([20]), np.array([21, 22, 23])], [4, 9]
+    )
+    assert batch["src"].tolist() == [[10, 11, EOS_ID], [12, EOS_ID, PAD_ID]]
+    assert batch["tgt_in"].tolist() == [[BOS_ID, 20, PAD_ID, PAD_ID], [BOS_ID, 21, 22, 23]]
+    assert batch["tgt_out"].tolist() == [[20, EOS_ID, PAD_ID, PAD_ID], [21, 22, 23, EOS_ID]]
+    assert batch["index"].tolist() == [4, 9]
+    assert all(t.dtype == torch.long for t in batch.values())
+
+
+@pytest.fixture
+def bin_dir(tmp_path):
+    rng = np.random.default_rng(5)
+    for split, n in (("train", 300), ("valid", 40)):
+        src = [rng.integers(4, 100, size=rng.integers(1, 20)) for _ in range(n)]
+        tgt = [rng.integers(4, 100, size=rng.integers(1, 20)) for _ in range(n)]
+        write_token_array(tmp_path / f"{split}.en", src, vocab_size=100)
+        write_token_array(tmp_path / f"{split}.de", tgt, vocab_size=100)
+    return tmp_path
+
+
+def _epoch(loader):
+    return [b["index"].tolist() for b in loader]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_datamodule_batches_match_arrays(bin_dir, num_workers):
+    dm = TranslationDataModule(bin_dir, "en", "de", max_tokens=128, num_workers=num_workers)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    ds = dm.dataset("train")
+    seen = []
+    for batch in loader:
+        assert batch["src"].numel() <= 128 and batch["tgt_in"].numel() <= 128
+        for row, i in enumerate(batch["index"].tolist()):
+            src = batch["src"][row]
+            assert src[src != PAD_ID].tolist() == ds.src[i].tolist() + [EOS_ID]
+            out = batch["tgt_out"][row]
+            assert out[out != PAD_ID].tolist() == ds.tgt[i].tolist() + [EOS_ID]
+        seen += batch["index"].tolist()
+    assert sorted(seen) == list(range(300))
+    assert len(_epoch(dm.val_dataloader())) == len(dm.samplers["valid"])
+
+
+def test_lightning_advances_the_epoch_shuffle(bin_dir):
+    """A real Trainer calls set_epoch on our sampler: epochs see different batch orders."""
+
+    class Recorder(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+            self.orders: dict[int, list[list[int]]] = {}
+
+        def training_step(self, batch, _):
+            self.orders.setdefault(self.current_epoch, []).append(batch["index"].tolist())
+            return (self.w * batch["src"].float().mean()).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.0)
+
+    dm = TranslationDataModule(bin_dir, "en", "de", max_tokens=256, seed=11)
+    module = Recorder()
+    trainer = L.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        use_distributed_sampler=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
+    trainer.fit(module, datamodule=dm)
+    e0, e1 = module.orders[0], module.orders[1]
+    assert sorted(i for b in e0 for i in b) == list(range(300))
+    assert sorted(i for b in e1 for i in b) == list(range(300))
+    assert e0 != e1 and sorted(e0) == sorted(e1)
+    assert dm.samplers["train"].epoch == 1
+
+
+def test_datamodule_takes_rank_share_from_its_trainer(bin_dir):
+    shares = []
+    for rank in (0, 1):
+        dm = TranslationDataModule(bin_dir, "en", "de", max_tokens=128, seed=4)
+        dm.trainer = SimpleNamespace(global_rank=rank, world_size=2)
+        shares.append(_epoch(dm.train_dataloader()))
+    whole = TranslationDataModule(bin_dir, "en", "de", max_tokens=128, seed=4)
+    assert whole.rank_and_world_size() == (0, 1)
+    n = len(whole.batch_sampler("train", shuffle=True))
+    assert len(shares[0]) == len(shares[1]) == -(-n // 2)
+    flat = [i for share in shares for b in share for i in b]
+    padding = len(shares[0]) * 2 - n  # 0 or 1 repeated batch
+    assert set(flat) == set(range(300))
+    assert len(flat) - 300 == sum(len(b) for b in shares[1][-1:]) * padding
