@@ -144,3 +144,31 @@ def test_cli_mismatch_exits_2_and_writes_nothing(
     assert "error: line count mismatch" in err and "x.hyp" in err and "x.de" in err
     assert not out.exists()
     assert set(tmp_path.iterdir()) == {hyp, ref}
+
+
+def test_cli_logs_scores_into_the_experiments_mlflow_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    hyp = _write(tmp_path / "h.txt", ["Ein Hund läuft.", "Zwei Kinder spielen."])
+    ref = _write(tmp_path / "r.txt", ["Ein Hund rennt.", "Zwei Kinder spielen."])
+    out = tmp_path / "runs" / "demo" / "test_2016_flickr.scores.json"
+    args = ["score", "--hyp", str(hyp), "--ref", str(ref), "--tgt-lang", "de", "--out", str(out)]
+    assert main([*args, "--mlflow-experiment", "multi30k_en-de", "--mlflow-run", "demo"]) == 0
+    data = json.loads(out.read_text(encoding="utf-8"))
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("multi30k_en-de")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.run_name == "demo"
+    assert run.data.metrics["test_2016_flickr.bleu"] == pytest.approx(data["bleu"]["score"])
+    assert run.data.metrics["test_2016_flickr.bleu_paper"] == pytest.approx(
+        data["bleu_paper"]["score"]
+    )
+    assert run.data.params["score.test_2016_flickr.tgt_lang"] == "de"
+    assert run.data.tags["test_2016_flickr.bleu_signature"] == data["bleu"]["signature"]
+    artifacts = [a.path for a in client.list_artifacts(run.info.run_id, "scores")]
+    assert artifacts == ["scores/test_2016_flickr.scores.json"]

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
+from transformer_nmt import tracking
+from transformer_nmt.evaluation.report import SCORES_SUFFIX
 from transformer_nmt.evaluation.score import score_files
 from transformer_nmt.io_utils import write_json
 
 log = logging.getLogger(__name__)
+
+_METRICS = ("bleu", "chrf", "bleu_paper", "bleu_lc_tok")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -17,16 +22,41 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tgt-lang", required=True, help="target language code for the Moses tokenizer (de, fr)"
     )
-    parser.add_argument("--out", required=True, help="where to write the scores JSON")
+    parser.add_argument(
+        "--out", required=True, help=f"where to write the scores JSON (<test_set>{SCORES_SUFFIX})"
+    )
+    tracking.add_cli_arguments(parser)
+
+
+def test_set_name(out: str | Path) -> str:
+    """``results/runs/E/test_2016_flickr.scores.json`` -> ``test_2016_flickr``."""
+    name = Path(out).name
+    return name[: -len(SCORES_SUFFIX)] if name.endswith(SCORES_SUFFIX) else Path(out).stem
 
 
 def run(args: argparse.Namespace) -> int:
-    scores = score_files(args.hyp, args.ref, args.tgt_lang)
-    payload = {"hyp": str(args.hyp), "ref": str(args.ref), "tgt_lang": args.tgt_lang}
-    payload.update(scores.to_dict())
-    write_json(args.out, payload)
+    test_set = test_set_name(args.out)
+    params = {"tgt_lang": args.tgt_lang, "hyp": str(args.hyp), "ref": str(args.ref)}
+    # One score job per test set runs in parallel: a qualified stage name keeps their params apart.
+    with tracking.stage_run(
+        args.mlflow_experiment, args.mlflow_run, f"score.{test_set}", params
+    ) as tracked:
+        scores = score_files(args.hyp, args.ref, args.tgt_lang)
+        payload = {"hyp": str(args.hyp), "ref": str(args.ref), "tgt_lang": args.tgt_lang}
+        payload.update(scores.to_dict())
+        write_json(args.out, payload)
+        if tracked is not None:
+            tracked.log_metrics({f"{test_set}.{k}": payload[k]["score"] for k in _METRICS})
+            tracked.set_tags(
+                {
+                    f"{test_set}.bleu_signature": scores.bleu["signature"],
+                    f"{test_set}.chrf_signature": scores.chrf["signature"],
+                }
+            )
+            tracked.log_artifact(args.out, "scores")
     log.info(
-        "BLEU %.2f (%s) | chrF %.2f | paper-comparable tokenized BLEU %.2f | lc tok BLEU %.2f",
+        "%s: BLEU %.2f (%s) | chrF %.2f | paper-comparable tokenized BLEU %.2f | lc tok BLEU %.2f",
+        test_set,
         scores.bleu["score"],
         scores.bleu["signature"],
         scores.chrf["score"],
