@@ -1,0 +1,240 @@
+"""Model configuration: the paper's hyper-parameters as a typed dataclass, presets and Table 3.
+
+Names follow the paper (Vaswani et al. 2017): ``N`` layers, model width ``d_model``, inner FFN
+width ``d_ff``, ``h`` heads of query/key width ``d_k`` and value width ``d_v``, residual dropout
+``p_drop`` (§5.4) and label smoothing ``eps_ls`` (§5.4). ``d_k`` and ``d_v`` are independent of
+``d_model / h`` (Table 3 rows A and B vary them alone): the projections are
+``d_model -> h * d_k`` (queries, keys), ``d_model -> h * d_v`` (values) and ``h * d_v -> d_model``.
+
+Every field that departs from the paper is documented at its definition and defaults to the paper.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any
+
+from transformer_nmt.errors import ConfigError
+
+POSITIONAL_KINDS = ("sinusoidal", "learned")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters of the encoder-decoder Transformer (§3, Table 3)."""
+
+    N: int = 6  # §3.1: identical layers in the encoder and in the decoder
+    d_model: int = 512  # §3.1: width of every sublayer output and of the embeddings
+    d_ff: int = 2048  # §3.3: inner width of the position-wise feed-forward network
+    h: int = 8  # §3.2.2: parallel attention heads
+    d_k: int = 64  # §3.2.2: per-head query/key width
+    d_v: int = 64  # §3.2.2: per-head value width
+    p_drop: float = 0.1  # §5.4: dropout on sublayer outputs and on embedding + position sums
+    eps_ls: float = 0.1  # §5.4: label smoothing (used by the loss, stored with the model)
+    # Flag (not in the paper, which uses none): dropout on the attention weights.
+    p_drop_attn: float = 0.0
+    # Flag (not in the paper, which uses none): dropout after the FFN's ReLU.
+    p_drop_relu: float = 0.0
+    # §3.5 sinusoids; "learned" = Table 3 row (E), learned positional embeddings.
+    positional: str = "sinusoidal"
+    # Longest sequence of learned positions (row E). Sinusoids work for any length.
+    max_positions: int = 1024
+    # Flag: False = the paper's post-LN, LayerNorm(x + Dropout(Sublayer(x))) (§3.1, §5.4);
+    # True = pre-LN, x + Dropout(Sublayer(LayerNorm(x))) with a final LayerNorm after the encoder
+    # and the decoder stacks (more stable for deep models, not what the paper trained).
+    norm_first: bool = False
+    # §3.4: True = one matrix for source and target embeddings and the pre-softmax projection.
+    # False (flag, for separate vocabularies) = three separate matrices.
+    tie_embeddings: bool = True
+    # LayerNorm epsilon (the paper does not say; 1e-6 as in tensor2tensor).
+    ln_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """Build a config from ``to_dict()`` output; unknown keys are a ConfigError."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"model config must be a mapping, got {type(data).__name__}")
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"unknown model config key(s) {unknown}; known keys: {sorted(names)}")
+        values = {key: _coerce(key, value) for key, value in data.items()}
+        return cls(**values)
+
+    @property
+    def d_head_qk(self) -> int:
+        """Width of all query (or key) heads together: h * d_k."""
+        return self.h * self.d_k
+
+    @property
+    def d_head_v(self) -> int:
+        """Width of all value heads together: h * d_v."""
+        return self.h * self.d_v
+
+
+def validate(cfg: ModelConfig) -> None:
+    """Raise ConfigError naming the key when a value is out of range."""
+    for key in ("N", "d_model", "d_ff", "h", "d_k", "d_v", "max_positions"):
+        value = getattr(cfg, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"model config key {key!r} must be a positive integer, got {value!r}")
+    for key in ("p_drop", "eps_ls", "p_drop_attn", "p_drop_relu"):
+        value = getattr(cfg, key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
+            raise ConfigError(f"model config key {key!r} must be a number in [0, 1), got {value!r}")
+    if isinstance(cfg.ln_eps, bool) or not isinstance(cfg.ln_eps, int | float) or cfg.ln_eps <= 0:
+        raise ConfigError(f"model config key 'ln_eps' must be positive, got {cfg.ln_eps!r}")
+    if cfg.positional not in POSITIONAL_KINDS:
+        raise ConfigError(
+            f"model config key 'positional' must be one of {list(POSITIONAL_KINDS)}, "
+            f"got {cfg.positional!r}"
+        )
+    for key in ("norm_first", "tie_embeddings"):
+        if not isinstance(getattr(cfg, key), bool):
+            raise ConfigError(f"model config key {key!r} must be true or false")
+
+
+# --- presets -----------------------------------------------------------------------------------
+
+PRESETS: dict[str, ModelConfig] = {
+    # Table 3 "base": 65M parameters with a 37k shared vocabulary.
+    "base": ModelConfig(),
+    # Table 3 "big": 213M parameters; P_drop 0.3 (EN-DE; §6.1 uses 0.1 for EN-FR).
+    "big": ModelConfig(d_model=1024, d_ff=4096, h=16, d_k=64, d_v=64, p_drop=0.3),
+    # Not in the paper: a small model that trains a usable Multi30k system on a 2-core CPU in
+    # minutes (N=3, d_model=256, h=4 of d_k=d_v=64).
+    "tiny": ModelConfig(N=3, d_model=256, d_ff=1024, h=4, d_k=64, d_v=64, p_drop=0.1),
+}
+
+
+def get_preset(name: str) -> ModelConfig:
+    """The named preset (``tiny``, ``base``, ``big``); ConfigError for an unknown name."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        known = sorted(PRESETS)
+        raise ConfigError(f"unknown model preset {name!r}; choose one of {known}") from None
+
+
+# --- Table 3: variations of the base model ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Table3Row:
+    """One row of Table 3: overrides of ``base`` and the paper's parameter count (millions)."""
+
+    name: str
+    overrides: tuple[str, ...]
+    paper_params_m: float
+
+
+TABLE3: dict[str, Table3Row] = {
+    row.name: row
+    for row in (
+        Table3Row("base", (), 65),
+        # (A) number of heads with constant computation: h * d_k = d_model.
+        Table3Row("A1", ("h=1", "d_k=512", "d_v=512"), 65),
+        Table3Row("A2", ("h=4", "d_k=128", "d_v=128"), 65),
+        Table3Row("A3", ("h=16", "d_k=32", "d_v=32"), 65),
+        Table3Row("A4", ("h=32", "d_k=16", "d_v=16"), 65),
+        # (B) smaller attention key size d_k (d_v stays 64).
+        Table3Row("B1", ("d_k=16",), 58),
+        Table3Row("B2", ("d_k=32",), 60),
+        # (C) model size.
+        Table3Row("C1", ("N=2",), 36),
+        Table3Row("C2", ("N=4",), 50),
+        Table3Row("C3", ("N=8",), 80),
+        Table3Row("C4", ("d_model=256", "d_k=32", "d_v=32"), 28),
+        Table3Row("C5", ("d_model=1024", "d_k=128", "d_v=128"), 168),
+        Table3Row("C6", ("d_ff=1024",), 53),
+        Table3Row("C7", ("d_ff=4096",), 90),
+        # (D) dropout and label smoothing.
+        Table3Row("D1", ("p_drop=0.0",), 65),
+        Table3Row("D2", ("p_drop=0.2",), 65),
+        Table3Row("D3", ("eps_ls=0.0",), 65),
+        Table3Row("D4", ("eps_ls=0.2",), 65),
+        # (E) learned positional embeddings instead of sinusoids.
+        Table3Row("E", ("positional=learned",), 65),
+        Table3Row("big", ("d_model=1024", "d_ff=4096", "h=16", "p_drop=0.3"), 213),
+    )
+}
+
+
+def table3_config(name: str) -> ModelConfig:
+    """The config of a Table 3 row (overrides applied to ``base``)."""
+    try:
+        row = TABLE3[name]
+    except KeyError:
+        raise ConfigError(f"unknown Table 3 row {name!r}; choose one of {list(TABLE3)}") from None
+    return apply_overrides(PRESETS["base"], row.overrides)
+
+
+# --- overrides ---------------------------------------------------------------------------------
+
+_FIELD_TYPES: dict[str, type] = {
+    f.name: {"int": int, "float": float, "str": str, "bool": bool}[str(f.type)]
+    for f in fields(ModelConfig)
+}
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Convert ``value`` (a string from ``--set`` or a JSON value) to the type of field ``key``."""
+    kind = _FIELD_TYPES[key]
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes"):
+                return True
+            if isinstance(value, str) and value.strip().lower() in ("false", "0", "no"):
+                return False
+            raise ValueError(value)
+        if kind is int:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if kind is float:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"model config key {key!r} expects {kind.__name__}, got {value!r}"
+        ) from None
+
+
+def apply_overrides(
+    cfg: ModelConfig, overrides: list[str] | tuple[str, ...] | dict[str, Any]
+) -> ModelConfig:
+    """Return ``cfg`` with ``["key=value", ...]`` (or a ``{key: value}`` mapping) applied.
+
+    Values are parsed by the field's type; an unknown key, a malformed item or an invalid value
+    raises ConfigError naming the key.
+    """
+    if isinstance(overrides, dict):
+        items = list(overrides.items())
+    else:
+        items = []
+        for item in overrides:
+            if not isinstance(item, str) or "=" not in item:
+                raise ConfigError(f"model override {item!r} is not of the form key=value")
+            key, value = item.split("=", 1)
+            items.append((key.strip(), value.strip()))
+    values = cfg.to_dict()
+    for key, value in items:
+        if key not in _FIELD_TYPES:
+            raise ConfigError(
+                f"unknown model config key {key!r} in overrides; known keys: {sorted(_FIELD_TYPES)}"
+            )
+        values[key] = _coerce(key, value)
+    return ModelConfig(**values)

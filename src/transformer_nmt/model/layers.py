@@ -1,0 +1,133 @@
+"""§3.1 Encoder and decoder layers, §3.3 the position-wise feed-forward network."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from transformer_nmt.model.attention import MultiHeadAttention
+from transformer_nmt.model.config import ModelConfig
+
+
+class FeedForward(nn.Module):
+    """§3.3 FFN(x) = max(0, x W1 + b1) W2 + b2, inner width d_ff."""
+
+    def __init__(self, d_model: int, d_ff: int, p_drop_relu: float = 0.0) -> None:
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(p_drop_relu)  # flag; the paper has no dropout here
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_2(self.dropout(torch.relu(self.w_1(x))))
+
+
+class Residual(nn.Module):
+    """§3.1/§5.4 residual connection around a sublayer.
+
+    post-LN (paper): LayerNorm(x + Dropout(Sublayer(x)))
+    pre-LN (flag):   x + Dropout(Sublayer(LayerNorm(x)))
+    """
+
+    def __init__(self, d_model: int, p_drop: float, norm_first: bool, ln_eps: float) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=ln_eps)
+        self.dropout = nn.Dropout(p_drop)
+        self.norm_first = norm_first
+
+    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]):
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """§3.1: self-attention, then FFN, each wrapped in a residual connection."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.d_k, cfg.d_v, cfg.p_drop_attn)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.p_drop_relu)
+        self.res_attn = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
+        self.res_ffn = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
+
+    def forward(self, x: torch.Tensor, src_attn_mask: torch.Tensor) -> torch.Tensor:
+        x = self.res_attn(x, lambda y: self.self_attn(y, y, src_attn_mask)[0])
+        return self.res_ffn(x, self.ffn)
+
+
+@dataclass
+class LayerCache:
+    """One decoder layer's incremental-decoding state (§6.1 search).
+
+    ``cross_k``/``cross_v``: encoder keys/values for cross-attention, computed once
+    [B, h, S, d_k] / [B, h, S, d_v]. ``self_k``/``self_v``: keys/values of every target position
+    decoded so far [B, h, t, d_k] / [B, h, t, d_v], grown by one position per step.
+    """
+
+    cross_k: torch.Tensor
+    cross_v: torch.Tensor
+    self_k: torch.Tensor | None = None
+    self_v: torch.Tensor | None = None
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Select rows ``index`` along the batch dimension (beam reordering, batch shrinking)."""
+        self.cross_k = self.cross_k.index_select(0, index)
+        self.cross_v = self.cross_v.index_select(0, index)
+        if self.self_k is not None:
+            self.self_k = self.self_k.index_select(0, index)
+            self.self_v = self.self_v.index_select(0, index)
+
+
+class DecoderLayer(nn.Module):
+    """§3.1: masked self-attention, encoder-decoder attention, FFN; each with a residual."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.d_k, cfg.d_v, cfg.p_drop_attn)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.d_k, cfg.d_v, cfg.p_drop_attn)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.p_drop_relu)
+        self.res_self = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
+        self.res_cross = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
+        self.res_ffn = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cross_k: torch.Tensor,
+        cross_v: torch.Tensor,
+        self_attn_mask: torch.Tensor | None,
+        cross_attn_mask: torch.Tensor | None,
+        cache: LayerCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x`` [B, T, d_model] -> ([B, T, d_model], cross-attention weights [B, T, S] or None).
+
+        With ``cache`` the new positions' keys/values are appended to the layer's cache and the
+        queries attend to every cached position (no mask needed: the past is all there is).
+        """
+
+        def self_attention(y: torch.Tensor) -> torch.Tensor:
+            k, v = self.self_attn.project_kv(y)  # [B, h, T, d_k], [B, h, T, d_v]
+            if cache is not None:
+                if cache.self_k is not None:
+                    k = torch.cat([cache.self_k, k], dim=2)  # [B, h, t + T, d_k]
+                    v = torch.cat([cache.self_v, v], dim=2)
+                cache.self_k, cache.self_v = k, v
+            return self.self_attn.attend(y, k, v, self_attn_mask)[0]
+
+        weights: list[torch.Tensor | None] = [None]
+
+        def cross_attention(y: torch.Tensor) -> torch.Tensor:
+            out, weights[0] = self.cross_attn.attend(
+                y, cross_k, cross_v, cross_attn_mask, need_weights
+            )
+            return out
+
+        x = self.res_self(x, self_attention)
+        x = self.res_cross(x, cross_attention)
+        x = self.res_ffn(x, self.ffn)
+        return x, weights[0]
