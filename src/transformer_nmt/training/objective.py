@@ -1,0 +1,108 @@
+"""§5.3 optimiser and learning-rate schedule, §5.4 label-smoothed cross-entropy.
+
+No Lightning here: plain functions the LightningModule calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.optim.lr_scheduler import LambdaLR
+
+
+@dataclass
+class LossOutput:
+    """Sums over the non-padding target tokens of a batch.
+
+    ``loss``: label-smoothed cross-entropy (what is optimised); ``nll``: plain negative
+    log-likelihood of the references (exp(nll / ntokens) is the perplexity); ``ntokens``: the
+    number of non-padding target tokens.
+    """
+
+    loss: torch.Tensor
+    nll: torch.Tensor
+    ntokens: torch.Tensor
+
+
+def label_smoothed_cross_entropy(
+    logits: torch.Tensor, target: torch.Tensor, eps: float = 0.1, pad_id: int = 0
+) -> LossOutput:
+    """§5.4 label smoothing of value eps (Szegedy et al. 2016, the paper's reference [36]).
+
+    The target distribution is q = (1 - eps) * one_hot(y) + eps / V (uniform over all V classes),
+    the same definition as ``torch.nn.functional.cross_entropy(label_smoothing=eps)``:
+        loss = (1 - eps) * nll(y) + eps * mean_k(-log p_k).
+    Positions whose target is ``pad_id`` contribute nothing. ``logits`` [B, T, V] (any float
+    dtype; the softmax runs in float32 at least), ``target`` [B, T] long.
+    """
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()  # a softmax over ~37k classes needs more than 8 mantissa bits
+    lprobs = F.log_softmax(logits, dim=-1)  # [B, T, V]
+    lprobs = lprobs.reshape(-1, lprobs.shape[-1])  # [B*T, V]
+    target = target.reshape(-1)  # [B*T]
+    keep = target != pad_id  # [B*T]
+    nll = -lprobs.gather(1, target.clamp(min=0)[:, None])[:, 0]  # [B*T]
+    smooth = -lprobs.mean(dim=-1)  # [B*T], cross-entropy against the uniform distribution
+    nll = nll.masked_fill(~keep, 0.0).sum()
+    smooth = smooth.masked_fill(~keep, 0.0).sum()
+    loss = (1.0 - eps) * nll + eps * smooth
+    return LossOutput(loss=loss, nll=nll, ntokens=keep.sum())
+
+
+def paper_lr(step: int, d_model: int, warmup: int = 4000, scale: float = 1.0) -> float:
+    """§5.3 eq. (3): lr = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
+
+    ``step`` counts optimiser updates from 1; step <= 0 gives 0.0 (no division by zero).
+    ``scale`` (flag, default 1 = the paper) multiplies the whole schedule.
+    """
+    if step <= 0:
+        return 0.0
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def build_optimizer(
+    parameters: Iterable[torch.nn.Parameter] | Iterable[dict],
+    *,
+    betas: tuple[float, float] = (0.9, 0.98),
+    eps: float = 1e-9,
+    fused: bool | None = None,
+) -> torch.optim.Adam:
+    """§5.3 Adam with beta1 = 0.9, beta2 = 0.98, epsilon = 1e-9.
+
+    The base learning rate is 1.0: ``build_scheduler`` multiplies it by ``paper_lr``.
+    ``fused`` is passed to ``torch.optim.Adam`` (a GPU speed option; None = PyTorch's default).
+    """
+    return torch.optim.Adam(parameters, lr=1.0, betas=tuple(betas), eps=eps, fused=fused)
+
+
+class PaperSchedule:
+    """The LambdaLR factor for scheduler epoch e (= updates done so far): ``paper_lr(e + 1)``.
+
+    A callable object rather than a lambda so that LambdaLR saves its settings in checkpoints.
+    """
+
+    def __init__(self, d_model: int, warmup: int = 4000, scale: float = 1.0) -> None:
+        self.d_model, self.warmup, self.scale = d_model, warmup, scale
+
+    def __call__(self, epoch: int) -> float:
+        return paper_lr(epoch + 1, self.d_model, self.warmup, self.scale)
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, *, d_model: int, warmup: int = 4000, scale: float = 1.0
+) -> LambdaLR:
+    """A ``LambdaLR`` stepped once per optimiser update: update k (k = 1, 2, ...) uses
+    ``paper_lr(k, d_model, warmup, scale)``. Needs an optimiser whose base lr is 1.0
+    (``build_optimizer``)."""
+    for group in optimizer.param_groups:
+        base = group.get("initial_lr", group["lr"])
+        if base != 1.0:
+            raise ValueError(
+                f"build_scheduler needs optimizer lr 1.0 (the schedule is absolute), got {base}"
+            )
+    if warmup <= 0:
+        raise ValueError(f"warmup must be a positive number of steps, got {warmup}")
+    return LambdaLR(optimizer, PaperSchedule(d_model, warmup, scale))
