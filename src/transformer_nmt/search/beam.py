@@ -1,0 +1,180 @@
+"""§6.1 Batched beam search with the GNMT length penalty and exact early stopping.
+
+Objective: a finished hypothesis Y (tokens then EOS) scores log P(Y | X) / lp(Y), with
+lp(Y) = ((5 + |Y|) / 6)^alpha and |Y| counting the final EOS (``length_penalty``).
+
+One step, for every sentence of the batch with K = ``beam_size`` live hypotheses:
+1. extend every live hypothesis by every token: K * V candidates scored by their log-probability;
+2. take the 2K best candidates (at most K of them end in EOS, so K others remain);
+3. an EOS candidate ranked among the best K is finished (it fills one of the K slots of the
+   beam, as in fairseq and Wu et al. 2016); the K best non-EOS candidates live on.
+A sentence is done when (a) it has K finished hypotheses (the beam is used up; this is what
+makes ``beam_size=1`` identical to greedy search), or (b) early stopping: it has ``nbest``
+finished hypotheses and no live one can still beat the worst of them, or (c) every hypothesis
+reached the maximum length ``len(source) + max_len_b`` tokens, where EOS is forced.
+
+The bound in (b) is exact for the length-penalised objective: log-probabilities only decrease as
+tokens are added, so a live hypothesis with log-probability s <= 0 can finish with at best
+s / lp_max, where lp_max is the largest penalty of any length it can still reach (its next
+length or the maximum length; lp is monotonic in |Y|). A longer hypothesis's normalised score
+can improve with alpha > 0, which is why the bound divides by the largest reachable lp and not
+by the current one. (b) therefore never changes the result of (a)/(c): it only stops earlier.
+
+Finished sentences leave the batch (their rows are dropped from the cache) so the others run on
+a smaller batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.search._stepper import Stepper, eval_mode, restrict_
+from transformer_nmt.search.length_penalty import length_penalty
+
+
+@dataclass
+class Hypothesis:
+    """A finished hypothesis: ``tokens`` (no BOS, no EOS), ``score`` = log_prob / lp(Y),
+    ``log_prob`` = log P(tokens EOS | source) and, when asked for, ``attention`` [T, S]: the last
+    decoder layer's encoder-decoder attention averaged over heads, one row per generated symbol
+    (T = len(tokens) + 1, EOS included) and one column per source token (S without padding)."""
+
+    tokens: list[int]
+    score: float
+    log_prob: float
+    attention: torch.Tensor | None = None
+
+
+def beam_search(
+    model: Transformer,
+    src: torch.Tensor,
+    *,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_b: int = 50,
+    nbest: int = 1,
+    use_cache: bool = True,
+    return_attention: bool = False,
+    min_len: int = 0,
+) -> list[list[Hypothesis]]:
+    """Beam-search ``src`` [B, S] (padded with ``pad_id``); returns, in input order, each
+    sentence's ``nbest`` best finished hypotheses, best first.
+
+    ``min_len`` (default 0, for benchmarks) forbids EOS before that many tokens.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest must be between 1 and beam_size={beam_size}, got {nbest}")
+    batch, k = src.shape[0], beam_size
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    if batch == 0:
+        return finished
+    device = src.device
+    src_len = (src != pad_id).sum(dim=1)  # [B]
+    max_len = (src_len + max_len_b).tolist()  # longest output (tokens without EOS) per sentence
+    src_len_list = src_len.tolist()
+    neg_inf = float("-inf")
+
+    with eval_mode(model):
+        # Encode once per sentence, then give each of its K hypotheses a copy: [B*K, ...].
+        enc = model.encode(src).index_select(
+            torch.arange(batch, device=device).repeat_interleave(k)
+        )
+        stepper = Stepper(model, enc, use_cache=use_cache, return_attention=return_attention)
+        active = list(range(batch))  # original index of each live sentence
+        scores = torch.zeros(batch, k, device=device)  # [n, K] log-probs of live hypotheses
+        scores[:, 1:] = neg_inf  # at the start only one (empty) hypothesis per sentence
+        tokens = torch.empty(batch * k, 0, dtype=torch.long, device=device)  # [n*K, t]
+        attn_hist = None  # [n*K, t, S] cross-attention rows of live hypotheses
+        last = torch.full((batch * k,), bos_id, dtype=torch.long, device=device)
+        step = 0  # tokens generated so far by every live hypothesis
+        while active:
+            n = len(active)
+            lprobs, attn = stepper.step(last)  # [n*K, V], [n*K, S] or None
+            row_max_len = torch.tensor(max_len, device=device)[active].repeat_interleave(k)
+            restrict_(
+                lprobs,
+                step=step,
+                max_len=row_max_len,
+                min_len=min_len,
+                bos_id=bos_id,
+                eos_id=eos_id,
+                pad_id=pad_id,
+            )
+            vocab = lprobs.shape[1]
+            cand = (scores.reshape(n * k, 1) + lprobs.to(scores.dtype)).view(n, k * vocab)
+            top_scores, top_idx = cand.topk(min(2 * k, k * vocab), dim=1)  # [n, 2K]
+            top_beam = torch.div(top_idx, vocab, rounding_mode="floor")  # [n, 2K]
+            top_tok = top_idx % vocab  # [n, 2K]
+            is_eos = top_tok == eos_id
+            rank = torch.arange(top_idx.shape[1], device=device)
+            ends = is_eos & (rank < k)[None] & torch.isfinite(top_scores)  # [n, 2K]
+
+            # 3a. finish the EOS candidates ranked among the K best.
+            for i, j in ends.nonzero().tolist():
+                b = active[i]
+                row = i * k + int(top_beam[i, j])
+                hyp_tokens = tokens[row].tolist()
+                log_prob = float(top_scores[i, j])
+                attention = None
+                if attn is not None:
+                    rows = [attn_hist[row]] if attn_hist is not None else []
+                    attention = torch.cat([*rows, attn[row][None]], dim=0)  # [t+1, S]
+                    attention = attention[:, : src_len_list[b]].float().cpu()
+                finished[b].append(
+                    Hypothesis(
+                        tokens=hyp_tokens,
+                        score=log_prob / length_penalty(len(hyp_tokens) + 1, alpha),
+                        log_prob=log_prob,
+                        attention=attention,
+                    )
+                )
+
+            # 3b. the K best non-EOS candidates live on (sort key: EOS last, then rank).
+            order = (is_eos.long() * top_idx.shape[1] + rank[None]).argsort(dim=1)[:, :k]
+            scores = top_scores.gather(1, order)  # [n, K]
+            new_tok = top_tok.gather(1, order)  # [n, K]
+            parent = torch.arange(n, device=device)[:, None] * k + top_beam.gather(1, order)
+            parent = parent.view(-1)  # [n*K] rows of the previous step
+            tokens = torch.cat([tokens[parent], new_tok.view(-1, 1)], dim=1)  # [n*K, t+1]
+            if attn is not None:
+                new_attn = attn[parent][:, None]  # [n*K, 1, S]
+                attn_hist = (
+                    new_attn
+                    if attn_hist is None
+                    else torch.cat([attn_hist[parent], new_attn], dim=1)
+                )
+            stepper.reorder(parent)
+            last = new_tok.view(-1)
+            step += 1
+
+            # Which sentences are done? (a) K finished, (b) early stopping, (c) maximum length.
+            best_live = scores.max(dim=1).values.tolist()  # [n]
+            keep = []
+            for i, b in enumerate(active):
+                done_b = len(finished[b]) >= k or step > max_len[b] or best_live[i] == neg_inf
+                if not done_b and len(finished[b]) >= nbest:
+                    worst_nbest = sorted(h.score for h in finished[b])[-nbest]
+                    lp_max = max(
+                        length_penalty(step + 1, alpha), length_penalty(max_len[b] + 1, alpha)
+                    )
+                    done_b = best_live[i] / lp_max <= worst_nbest
+                if not done_b:
+                    keep.append(i)
+            if len(keep) < n:
+                keep_t = torch.tensor(keep, dtype=torch.long, device=device)
+                rows = (keep_t[:, None] * k + torch.arange(k, device=device)[None]).view(-1)
+                stepper.reorder(rows)
+                scores, tokens, last = scores[keep_t], tokens[rows], last[rows]
+                if attn_hist is not None:
+                    attn_hist = attn_hist[rows]
+                active = [active[i] for i in keep]
+
+    return [sorted(hyps, key=lambda h: -h.score)[:nbest] for hyps in finished]
