@@ -109,7 +109,8 @@ def beam_search(
                 pad_id=pad_id,
             )
             vocab = lprobs.shape[1]
-            cand = (scores.reshape(n * k, 1) + lprobs.to(scores.dtype)).view(n, k * vocab)
+            # scores follow the model's dtype (float64 models search in float64)
+            cand = (scores.to(lprobs.dtype).reshape(n * k, 1) + lprobs).view(n, k * vocab)
             top_scores, top_idx = cand.topk(min(2 * k, k * vocab), dim=1)  # [n, 2K]
             top_beam = torch.div(top_idx, vocab, rounding_mode="floor")  # [n, 2K]
             top_tok = top_idx % vocab  # [n, 2K]

@@ -1,0 +1,178 @@
+"""The §3 model: positional encoding, masks, padding, the incremental decoder and its cache."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from transformer_nmt.errors import ConfigError
+from transformer_nmt.model import Transformer, apply_overrides, count_parameters, get_preset
+from transformer_nmt.model.positional import SinusoidalPositions, sinusoidal_encoding
+
+PAD, BOS, EOS = 0, 2, 3
+V = 23
+
+
+def small_cfg(*extra: str):
+    return apply_overrides(
+        get_preset("tiny"), ["N=2", "d_model=32", "d_ff=48", "h=4", "d_k=8", "d_v=6", *extra]
+    )
+
+
+def make_model(*extra: str, dtype=torch.float64, seed: int = 0, **kwargs) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(small_cfg(*extra), vocab_size=V, pad_id=PAD, **kwargs).to(dtype).eval()
+
+
+def random_batch(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, V, (3, 7), generator=g)
+    src[1, 4:] = PAD
+    src[2, 6:] = PAD
+    tgt = torch.randint(4, V, (3, 6), generator=g)
+    tgt[:, 0] = BOS
+    tgt[0, 3:] = PAD
+    return src, tgt
+
+
+def test_sinusoidal_encoding_equals_closed_form():
+    d_model, length = 10, 50
+    pe = sinusoidal_encoding(length, d_model, dtype=torch.float64)
+    assert pe.shape == (length, d_model)
+    for pos in (0, 1, 7, 49):
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            assert pe[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-12)
+            assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-12)
+
+
+def test_sinusoidal_module_grows_beyond_its_table():
+    module = SinusoidalPositions(d_model=6, initial_length=4)
+    out = module(5, offset=7)  # positions 7..11, past the initial table
+    torch.testing.assert_close(out, sinusoidal_encoding(12, 6)[7:12])
+
+
+@pytest.mark.parametrize("extra", [(), ("norm_first=true",), ("positional=learned",)])
+def test_causal_mask_leaks_nothing_from_the_future(extra):
+    model = make_model(*extra)
+    src, tgt = random_batch()
+    tgt = tgt[1:]  # rows without target padding
+    src = src[1:]
+    base = model(src, tgt)
+    changed = tgt.clone()
+    changed[:, 3:] = torch.randint(4, V, changed[:, 3:].shape, generator=torch.Generator())
+    assert not torch.equal(changed, tgt)
+    out = model(src, changed)
+    torch.testing.assert_close(out[:, :3], base[:, :3], rtol=0, atol=1e-12)
+    assert (out[:, 3:] - base[:, 3:]).abs().max() > 1e-3  # later positions do see the change
+
+
+@pytest.mark.parametrize("extra", [(), ("norm_first=true",), ("tie_embeddings=false",)])
+def test_padding_changes_nothing(extra):
+    model = make_model(*extra)
+    src, tgt = random_batch()
+    batch_out = model(src, tgt)
+    for b in range(src.shape[0]):
+        s_len = int((src[b] != PAD).sum())
+        t_len = int((tgt[b] != PAD).sum())
+        alone = model(src[b : b + 1, :s_len], tgt[b : b + 1, :t_len])
+        torch.testing.assert_close(batch_out[b : b + 1, :t_len], alone, rtol=0, atol=1e-10)
+
+
+def test_padding_tokens_get_no_attention():
+    model = make_model()
+    src, tgt = random_batch()
+    logits, attention = model.decode(tgt, model.encode(src), return_attention=True)
+    assert attention.shape == (3, 6, 7)
+    torch.testing.assert_close(attention.sum(-1), torch.ones(3, 6, dtype=torch.float64))
+    assert torch.all(attention[src[:, None, :].expand_as(attention) == PAD] == 0)
+
+
+@pytest.mark.parametrize(
+    "extra", [(), ("norm_first=true",), ("positional=learned",), ("tie_embeddings=false",)]
+)
+def test_cached_incremental_decoding_equals_full_recompute(extra):
+    model = make_model(*extra)
+    src, _ = random_batch()
+    g = torch.Generator().manual_seed(5)
+    tgt = torch.randint(4, V, (3, 9), generator=g)
+    tgt[:, 0] = BOS
+    enc = model.encode(src)
+    full, full_attn = model.decode(tgt, enc, return_attention=True)  # [B, T, V], [B, T, S]
+    state = model.init_state(enc)
+    for t in range(tgt.shape[1]):
+        logits, attn = model.decode_step(tgt[:, t], state, return_attention=True)
+        torch.testing.assert_close(logits, full[:, t], rtol=0, atol=1e-12)
+        torch.testing.assert_close(attn, full_attn[:, t], rtol=0, atol=1e-12)
+    assert state.step == tgt.shape[1]
+    assert state.layers[0].self_k.shape == (3, 4, 9, 8)  # [B, h, t, d_k]
+    assert state.layers[0].self_v.shape == (3, 4, 9, 6)  # [B, h, t, d_v]
+
+
+def test_cache_reorder_selects_rows():
+    model = make_model()
+    src, _ = random_batch()
+    tgt = torch.tensor([[BOS, 5, 6, 7]] * 3)
+    enc = model.encode(src)
+    state = model.init_state(enc)
+    for t in range(2):
+        model.decode_step(tgt[:, t], state)
+    index = torch.tensor([2, 0, 0])
+    state.reorder(index)
+    logits, _ = model.decode_step(tgt[index, 2], state)
+    full, _ = model.decode(tgt[index, :3], enc.index_select(index))
+    torch.testing.assert_close(logits, full[:, 2], rtol=0, atol=1e-12)
+
+
+def test_embeddings_shared_scaled_and_initialised():
+    torch.manual_seed(0)
+    cfg = apply_overrides(get_preset("tiny"), ["N=1", "d_model=64", "d_ff=64", "h=2", "d_k=8"])
+    model = Transformer(cfg, vocab_size=4000, pad_id=PAD)
+    # §3.4: one matrix; the pre-softmax projection is x @ E^T.
+    assert model.tgt_embed is None and model.out_proj is None
+    x = torch.randn(1, 2, 64)
+    torch.testing.assert_close(model.project(x), x @ model.src_embed.weight.T)
+    # N(0, d_model^-0.5): after the sqrt(d_model) scale the embeddings have unit variance.
+    assert model.src_embed.weight.std().item() == pytest.approx(64**-0.5, rel=0.05)
+    model.eval()
+    tokens = torch.tensor([[7]])
+    expected = model.src_embed.weight[7] * 8.0 + sinusoidal_encoding(1, 64)[0]
+    torch.testing.assert_close(model.embed_source(tokens)[0, 0], expected)
+
+
+def test_untied_model_has_separate_matrices_and_target_vocabulary():
+    model = make_model("tie_embeddings=false", tgt_vocab_size=11)
+    src, _ = random_batch()
+    tgt = torch.tensor([[BOS, 4, 5]] * 3)
+    assert model(src, tgt).shape == (3, 3, 11)
+    tied = make_model()
+    assert count_parameters(model) == count_parameters(tied) + 11 * 32 * 2
+
+
+def test_tied_model_rejects_a_different_target_vocabulary():
+    with pytest.raises(ConfigError, match="tie_embeddings"):
+        Transformer(small_cfg(), vocab_size=V, tgt_vocab_size=V + 1)
+
+
+def test_learned_positions_refuse_positions_past_max_positions():
+    model = make_model("positional=learned", "max_positions=8")
+    src = torch.full((1, 9), 5)
+    with pytest.raises(ValueError, match="max_positions=8"):
+        model.encode(src)
+
+
+def test_empty_source_row_gives_finite_outputs():
+    model = make_model()
+    src = torch.tensor([[5, 6, EOS], [PAD, PAD, PAD]])
+    tgt = torch.tensor([[BOS, 4], [BOS, 4]])
+    assert torch.isfinite(model(src, tgt)).all()
+
+
+def test_dropout_only_in_training_mode():
+    model = make_model(dtype=torch.float32)
+    src, tgt = random_batch()
+    torch.testing.assert_close(model(src, tgt), model(src, tgt))
+    model.train()
+    assert not torch.allclose(model(src, tgt), model(src, tgt))
