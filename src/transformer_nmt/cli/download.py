@@ -1,0 +1,36 @@
+"""``download``: fetch a dataset's files (URL or mirror) into resources/<dataset>/, verified."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from transformer_nmt.data.download import MIRROR_ENV, download_dataset, resolve_mirror
+from transformer_nmt.data.registry import get_dataset
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--registry", required=True, help="config/datasets.yaml")
+    parser.add_argument("--dataset", required=True, help="a dataset name of the registry")
+    parser.add_argument("--out-dir", required=True, help="resources/<dataset>")
+    parser.add_argument(
+        "--mirror",
+        default=None,
+        help=f"directory laid out as <mirror>/<dataset>/<file>; default ${MIRROR_ENV}. "
+        "With a mirror the network is never used.",
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per network read")
+    parser.add_argument("--retries", type=int, default=4, help="retries of transient errors")
+
+
+def run(args: argparse.Namespace) -> int:
+    dataset = get_dataset(args.registry, args.dataset)
+    sums = download_dataset(
+        dataset,
+        args.out_dir,
+        mirror=resolve_mirror(args.mirror),
+        timeout=args.timeout,
+        retries=args.retries,
+    )
+    print(json.dumps(sums, indent=2, sort_keys=True))
+    return 0

@@ -1,0 +1,200 @@
+"""Prepare one language pair: read every split's corpora, clean the training pairs, write text.
+
+Writes ``{out_dir}/{split}.{lang}`` (UTF-8, one sentence per line, line-aligned) for train,
+valid and every test set, and ``clean_report.json`` (per split, per corpus: pairs read, kept,
+dropped per reason, modified). All outputs are first written into a temporary directory inside
+``out_dir`` and moved into place only when every split succeeded: a bad input leaves no output.
+
+Memory stays bounded for 36M-pair corpora: pairs are streamed; exact-duplicate removal keeps an
+8-byte hash per candidate pair (a second pass then copies the first occurrences).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+from array import array
+from collections.abc import Iterator
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from transformer_nmt.data.clean import CleanConfig, CorpusCounts, clean_pair
+from transformer_nmt.data.download import verify_files
+from transformer_nmt.data.readers import iter_lines, side_label
+from transformer_nmt.data.registry import Corpus, Dataset, Pair
+from transformer_nmt.errors import DataError
+from transformer_nmt.io_utils import write_json
+
+log = logging.getLogger(__name__)
+
+REPORT_NAME = "clean_report.json"
+
+
+def read_pairs(raw_dir: Path, corpus: Corpus, src: str, tgt: str) -> Iterator[tuple[str, str]]:
+    """Aligned (source, target) lines of a corpus; DataError if the line counts differ."""
+    src_side, tgt_side = corpus.sides[src], corpus.sides[tgt]
+    pairs = zip_longest(iter_lines(raw_dir, src_side), iter_lines(raw_dir, tgt_side))
+    for n, (s, t) in enumerate(pairs, 1):
+        if s is None or t is None:
+            short, longer = (src_side, tgt_side) if s is None else (tgt_side, src_side)
+            raise DataError(
+                f"misaligned corpus {corpus.name!r}: {side_label(raw_dir, short)} ends after "
+                f"line {n - 1} but {side_label(raw_dir, longer)} has a line {n}"
+            )
+        yield s, t
+
+
+def _open_text(path: Path, mode: str) -> TextIO:
+    # newline="\n": lines end with \n only; a stray \r inside a line never splits it.
+    return open(path, mode, encoding="utf-8", newline="\n")
+
+
+def _pair_hash(src: str, tgt: str) -> int:
+    data = src.encode("utf-8") + b"\0" + tgt.encode("utf-8")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def _limited(
+    pairs: Iterator[tuple[str, str]], budget: list[int | None]
+) -> Iterator[tuple[str, str]]:
+    """Stop when the split's max_sentences budget (a one-item list, shared by its corpora) is 0."""
+    for pair in pairs:
+        if budget[0] is not None:
+            if budget[0] <= 0:
+                return
+            budget[0] -= 1
+        yield pair
+
+
+def _prepare_train(
+    pair: Pair, raw_dir: Path, tmp_dir: Path, rules: CleanConfig
+) -> dict[str, CorpusCounts]:
+    corpora = pair.splits["train"]
+    counts = {c.name: CorpusCounts() for c in corpora}
+    final = (tmp_dir / f"train.{pair.src}", tmp_dir / f"train.{pair.tgt}")
+    first = (tmp_dir / ".pass1.src", tmp_dir / ".pass1.tgt") if rules.dedupe else final
+    hashes, corpus_ids = array("Q"), array("H")  # 8 + 2 bytes per candidate pair
+    budget: list[int | None] = [rules.max_sentences]
+    with _open_text(first[0], "w") as out_src, _open_text(first[1], "w") as out_tgt:
+        for ci, corpus in enumerate(corpora):
+            c = counts[corpus.name]
+            for s, t in _limited(read_pairs(raw_dir, corpus, pair.src, pair.tgt), budget):
+                c.read += 1
+                cleaned = clean_pair(s, t, rules, c)
+                if cleaned is None:
+                    continue
+                out_src.write(cleaned[0] + "\n")
+                out_tgt.write(cleaned[1] + "\n")
+                if rules.dedupe:
+                    hashes.append(_pair_hash(*cleaned))
+                    corpus_ids.append(ci)
+                else:
+                    c.kept += 1
+    if not rules.dedupe:
+        return counts
+    h = np.frombuffer(hashes, dtype=np.uint64) if len(hashes) else np.zeros(0, np.uint64)
+    cid = np.frombuffer(corpus_ids, dtype=np.uint16) if len(corpus_ids) else np.zeros(0, np.uint16)
+    keep = np.zeros(len(h), dtype=bool)
+    keep[np.unique(h, return_index=True)[1]] = True  # first occurrence of every distinct pair
+    for ci, corpus in enumerate(corpora):
+        in_corpus = cid == ci
+        counts[corpus.name].kept += int((keep & in_corpus).sum())
+        counts[corpus.name].dropped["duplicate"] += int((~keep & in_corpus).sum())
+    with (
+        _open_text(first[0], "r") as in_src,
+        _open_text(first[1], "r") as in_tgt,
+        _open_text(final[0], "w") as out_src,
+        _open_text(final[1], "w") as out_tgt,
+    ):
+        for k, s, t in zip(keep.tolist(), in_src, in_tgt, strict=True):
+            if k:
+                out_src.write(s)
+                out_tgt.write(t)
+    first[0].unlink()
+    first[1].unlink()
+    return counts
+
+
+def _prepare_eval(
+    pair: Pair, split: str, raw_dir: Path, tmp_dir: Path, rules: CleanConfig
+) -> dict[str, CorpusCounts]:
+    """Validation/test: copied unchanged (never filtered), only checked for alignment/UTF-8."""
+    counts = {c.name: CorpusCounts() for c in pair.splits[split]}
+    budget: list[int | None] = [rules.max_sentences]
+    with (
+        _open_text(tmp_dir / f"{split}.{pair.src}", "w") as out_src,
+        _open_text(tmp_dir / f"{split}.{pair.tgt}", "w") as out_tgt,
+    ):
+        for corpus in pair.splits[split]:
+            c = counts[corpus.name]
+            for s, t in _limited(read_pairs(raw_dir, corpus, pair.src, pair.tgt), budget):
+                out_src.write(s + "\n")
+                out_tgt.write(t + "\n")
+                c.read += 1
+                c.kept += 1
+    return counts
+
+
+def _split_report(counts: dict[str, CorpusCounts], filtered: bool) -> dict[str, Any]:
+    corpora = {name: c.to_dict() for name, c in counts.items()}
+    total: dict[str, Any] = {
+        "filtered": filtered,
+        "read": sum(c["read"] for c in corpora.values()),
+        "kept": sum(c["kept"] for c in corpora.values()),
+        "dropped": {},
+        "corpora": corpora,
+    }
+    for c in corpora.values():
+        for reason, n in c["dropped"].items():
+            total["dropped"][reason] = total["dropped"].get(reason, 0) + n
+    return total
+
+
+def prepare_pair(
+    dataset: Dataset,
+    pair_name: str,
+    raw_dir: str | Path,
+    out_dir: str | Path,
+    rules: CleanConfig,
+    *,
+    verify_checksums: bool = True,
+) -> dict[str, Any]:
+    """Write every split of ``pair_name`` and the cleaning report into ``out_dir``; returns it."""
+    pair = dataset.pair(pair_name)
+    raw_dir, out_dir = Path(raw_dir), Path(out_dir)
+    if verify_checksums:
+        used = {s.file for cs in pair.splits.values() for c in cs for s in c.sides.values()}
+        verify_files(dataset, raw_dir, used)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=".prepare.", dir=out_dir))
+    try:
+        report: dict[str, Any] = {
+            "dataset": dataset.name,
+            "pair": pair.name,
+            "rules": rules.to_dict(),
+            "splits": {},
+        }
+        for split in pair.splits:
+            if split == "train":
+                counts = _prepare_train(pair, raw_dir, tmp_dir, rules)
+            else:
+                counts = _prepare_eval(pair, split, raw_dir, tmp_dir, rules)
+            report["splits"][split] = _split_report(counts, filtered=split == "train")
+            log.info(
+                "%s: %d pairs read, %d kept",
+                split,
+                report["splits"][split]["read"],
+                report["splits"][split]["kept"],
+            )
+        write_json(tmp_dir / REPORT_NAME, report)
+        for path in sorted(tmp_dir.iterdir()):
+            os.replace(path, out_dir / path.name)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+    return report

@@ -1,0 +1,108 @@
+"""Line readers for raw corpus files: plain text, gzip and WMT SGML, on disk or inside a tar.
+
+Tar members are streamed straight from the archive (nothing is extracted to disk). Before any
+member is read, every member of the archive is checked with the standard library's
+``tarfile.data_filter`` (PEP 706): absolute paths, ``..`` escapes and links pointing outside the
+archive make the archive unsafe, and reading it is a ``DataError``.
+
+Lines are split at ``\\n`` only (a trailing ``\\r`` is removed) and decoded as strict UTF-8; an
+invalid byte, a truncated or corrupt gzip stream is a ``DataError`` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import re
+import tarfile
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from transformer_nmt.data.registry import Side
+from transformer_nmt.errors import DataError
+
+# Any absolute directory serves as the pretend extraction root for the safety check.
+_CHECK_ROOT = "/transformer_nmt_archive_root"
+# WMT SGML: a segment is one line <seg id="1">text</seg>. Same rule as sacrebleu's
+# FakeSGMLDataset (sacrebleu/dataset/fake_sgml.py), so references match sacrebleu's test sets:
+# the text between the tags, whitespace runs collapsed, no entity unescaping.
+_SEG = re.compile(r"<seg.*?>(.*)</seg>.*?")
+_SPACES = re.compile(r"\s+")
+
+
+def check_archive_members(tar: tarfile.TarFile, archive: Path) -> None:
+    """DataError unless every member would extract inside the archive's root directory."""
+    for member in tar.getmembers():
+        try:
+            tarfile.data_filter(member, _CHECK_ROOT)
+        except tarfile.FilterError as err:
+            raise DataError(f"{archive}: unsafe archive member {member.name!r}: {err}") from err
+
+
+@contextlib.contextmanager
+def open_member(archive: Path, member: str) -> Iterator[BinaryIO]:
+    """A binary stream of one regular-file member of a (possibly compressed) tar archive."""
+    if not archive.is_file():
+        raise DataError(f"{archive}: archive not found")
+    try:
+        tar = tarfile.open(archive, "r:*")  # noqa: SIM115 (closed by the with block below)
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
+        raise DataError(f"{archive}: not a readable tar archive ({err})") from err
+    with tar:
+        try:
+            check_archive_members(tar, archive)
+            info = tar.getmember(member)
+        except KeyError as err:
+            raise DataError(f"{archive}: has no member {member!r}") from err
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
+            raise DataError(f"{archive}: corrupt or truncated tar archive ({err})") from err
+        stream = tar.extractfile(info)
+        if stream is None:
+            raise DataError(f"{archive}: member {member!r} is not a regular file")
+        yield stream
+
+
+def _split_lines(raw: BinaryIO, fmt: str, label: str) -> Iterator[str]:
+    stream: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if fmt == "gzip" else raw
+    n = 0
+    try:
+        for n, line in enumerate(stream, 1):  # binary iteration splits at b"\n" only
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(
+                    f"{label}: line {n}: invalid UTF-8 (byte {err.start + 1}: "
+                    f"{line[err.start : err.start + 1]!r})"
+                ) from err
+            text = text.removesuffix("\n").removesuffix("\r")
+            if fmt == "sgml":
+                if text.startswith("<seg "):
+                    yield _SPACES.sub(" ", _SEG.sub(r"\1", text).strip())
+            else:
+                yield text
+    except EOFError as err:
+        raise DataError(f"{label}: truncated gzip stream after line {n}") from err
+    except (gzip.BadGzipFile, zlib.error, tarfile.TarError) as err:
+        raise DataError(f"{label}: corrupt compressed data after line {n} ({err})") from err
+
+
+def iter_lines(raw_dir: str | Path, side: Side) -> Iterator[str]:
+    """The lines (segments, for SGML) of one corpus side, without line terminators."""
+    path = Path(raw_dir) / side.file
+    label = side_label(raw_dir, side)
+    if side.member is None:
+        if not path.is_file():
+            raise DataError(f"{path}: raw file not found (run the download stage)")
+        with open(path, "rb") as raw:
+            yield from _split_lines(raw, side.format, label)
+    else:
+        with open_member(path, side.member) as raw:
+            yield from _split_lines(raw, side.format, label)
+
+
+def side_label(raw_dir: str | Path, side: Side) -> str:
+    """``<raw_dir>/<file>`` or ``<raw_dir>/<archive>:<member>``: how errors name a side."""
+    path = Path(raw_dir) / side.file
+    return str(path) if side.member is None else f"{path}:{side.member}"
