@@ -1,0 +1,104 @@
+"""§5.3 learning-rate schedule and Adam, §5.4 label-smoothed cross-entropy."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transformer_nmt.training.objective import (
+    build_optimizer,
+    build_scheduler,
+    label_smoothed_cross_entropy,
+    paper_lr,
+)
+
+
+def test_label_smoothing_matches_hand_computation():
+    # One position, V = 3, target 0: q = (1 - eps) * one_hot + eps / V.
+    logits = torch.tensor([[[2.0, 0.0, -1.0]]])
+    target = torch.tensor([[0]])
+    z = math.log(math.exp(2.0) + math.exp(0.0) + math.exp(-1.0))
+    logp = [2.0 - z, 0.0 - z, -1.0 - z]
+    eps = 0.1
+    q = [1 - eps + eps / 3, eps / 3, eps / 3]
+    expected = -sum(qi * lp for qi, lp in zip(q, logp, strict=True))
+    out = label_smoothed_cross_entropy(logits, target, eps=eps, pad_id=99)
+    assert out.loss.item() == pytest.approx(expected, rel=1e-6)
+    assert out.nll.item() == pytest.approx(-logp[0], rel=1e-6)
+    assert out.ntokens.item() == 1
+
+
+def test_padding_is_ignored_and_sums_match_torch():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 4, 7, generator=g)
+    target = torch.randint(1, 7, (2, 4), generator=g)
+    target[0, 2:] = 0
+    out = label_smoothed_cross_entropy(logits, target, eps=0.1, pad_id=0)
+    flat_logits, flat_target = logits.view(-1, 7), target.view(-1)
+    ref = F.cross_entropy(
+        flat_logits, flat_target, ignore_index=0, label_smoothing=0.1, reduction="sum"
+    )
+    ref_nll = F.cross_entropy(flat_logits, flat_target, ignore_index=0, reduction="sum")
+    torch.testing.assert_close(out.loss, ref)
+    torch.testing.assert_close(out.nll, ref_nll)
+    assert out.ntokens.item() == 6
+    # changing the logits at padded positions changes nothing
+    logits2 = logits.clone()
+    logits2[0, 2:] = 100.0
+    torch.testing.assert_close(label_smoothed_cross_entropy(logits2, target).loss, out.loss)
+
+
+def test_no_smoothing_is_plain_nll_and_bf16_logits_are_computed_in_float32():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(3, 5, 11, generator=g).to(torch.bfloat16)
+    target = torch.randint(1, 11, (3, 5), generator=g)
+    out = label_smoothed_cross_entropy(logits, target, eps=0.0, pad_id=0)
+    assert out.loss.dtype == torch.float32
+    torch.testing.assert_close(out.loss, out.nll)
+    ref = F.cross_entropy(logits.float().view(-1, 11), target.view(-1), reduction="sum")
+    torch.testing.assert_close(out.nll, ref)
+
+
+def test_paper_lr_values():
+    d_model, warmup = 512, 4000
+
+    def formula(step):
+        return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+    assert paper_lr(1, d_model, warmup) == pytest.approx(d_model**-0.5 * warmup**-1.5)
+    assert paper_lr(4000, d_model, warmup) == pytest.approx(formula(4000))
+    assert paper_lr(4000, d_model, warmup) == pytest.approx(512**-0.5 * 4000**-0.5)  # the peak
+    assert paper_lr(100000, d_model, warmup) == pytest.approx(512**-0.5 * 100000**-0.5)
+    assert paper_lr(0, d_model, warmup) == 0.0
+    assert paper_lr(100, d_model, warmup, scale=2.0) == pytest.approx(2 * formula(100))
+    assert paper_lr(3999, d_model) < paper_lr(4000, d_model) > paper_lr(4001, d_model)
+
+
+def test_scheduler_gives_update_k_the_lr_of_step_k():
+    param = torch.nn.Parameter(torch.zeros(2))
+    optimizer = build_optimizer([param])
+    group = optimizer.param_groups[0]
+    assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9
+    scheduler = build_scheduler(optimizer, d_model=64, warmup=10, scale=0.5)
+    seen = []
+    for _ in range(15):
+        seen.append(optimizer.param_groups[0]["lr"])
+        param.grad = torch.ones(2)
+        optimizer.step()
+        scheduler.step()
+    assert seen == pytest.approx([paper_lr(k, 64, 10, 0.5) for k in range(1, 16)])
+    # the schedule survives a checkpoint round trip (resume)
+    state = scheduler.state_dict()
+    optimizer2 = build_optimizer([torch.nn.Parameter(torch.zeros(2))])
+    scheduler2 = build_scheduler(optimizer2, d_model=64, warmup=10, scale=0.5)
+    scheduler2.load_state_dict(state)
+    assert scheduler2.get_last_lr()[0] == pytest.approx(paper_lr(16, 64, 10, 0.5))
+
+
+def test_scheduler_needs_unit_base_lr():
+    optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    with pytest.raises(ValueError, match="lr 1.0"):
+        build_scheduler(optimizer, d_model=512)
