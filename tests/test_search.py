@@ -1,0 +1,185 @@
+"""§6.1 search: greedy, beam search, length penalty, early stopping, cache equivalence."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from transformer_nmt.model import Transformer, apply_overrides, get_preset
+from transformer_nmt.search import Hypothesis, beam_search, greedy_search, length_penalty
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+IDS = {"bos_id": BOS, "eos_id": EOS, "pad_id": PAD}
+
+
+def make_model(vocab: int, eos_bias: float, seed: int = 0) -> Transformer:
+    """A random float64 model whose EOS logit is raised by ``eos_bias`` everywhere, so that
+    hypotheses end at varied lengths (a random model alone almost never emits EOS)."""
+    torch.manual_seed(seed)
+    cfg = apply_overrides(get_preset("tiny"), ["N=2", "d_model=32", "d_ff=64", "h=4", "d_k=8"])
+    model = Transformer(cfg, vocab_size=vocab, pad_id=PAD).double().eval()
+    e_eos = model.src_embed.weight[EOS].detach()
+    with torch.no_grad():  # post-LN: the last LayerNorm's bias feeds the tied output projection
+        model.decoder_layers[-1].res_ffn.norm.bias += eos_bias * e_eos / e_eos.norm() ** 2
+    return model
+
+
+def sources(vocab: int, seed: int = 3) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    lengths = [6, 2, 4, 5, 1]
+    src = torch.full((len(lengths), max(lengths)), PAD)
+    for b, n in enumerate(lengths):
+        src[b, : n - 1] = torch.randint(4, vocab, (n - 1,), generator=g)
+        src[b, n - 1] = EOS
+    return src
+
+
+def sequence_log_prob(model: Transformer, src_row: torch.Tensor, tokens: list[int]) -> float:
+    """log P(tokens EOS | src) by teacher forcing with the full (uncached) model."""
+    src = src_row[src_row != PAD][None]
+    tgt_in = torch.tensor([[BOS, *tokens]])
+    tgt_out = torch.tensor([[*tokens, EOS]])
+    with torch.no_grad():
+        lprobs = model(src, tgt_in).log_softmax(-1)  # [1, T, V]
+    return lprobs.gather(2, tgt_out[..., None]).sum().item()
+
+
+def test_length_penalty_formula():
+    assert length_penalty(1, 0.6) == pytest.approx(1.0)
+    assert length_penalty(10, 0.6) == pytest.approx((15 / 6) ** 0.6)
+    assert length_penalty(51, 0.6) == pytest.approx((56 / 6) ** 0.6)
+    assert length_penalty(7, 0.0) == 1.0
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_beam_size_one_is_greedy(use_cache):
+    model = make_model(15, eos_bias=1.0)
+    src = sources(15)
+    greedy = greedy_search(model, src, max_len_b=6, use_cache=use_cache, **IDS)
+    beam = beam_search(model, src, beam_size=1, max_len_b=6, use_cache=use_cache, **IDS)
+    assert [hyps[0].tokens for hyps in beam] == greedy
+    assert len({len(out) for out in greedy}) > 1  # outputs of varied lengths were produced
+
+
+def test_cache_and_recompute_give_identical_searches():
+    model = make_model(15, eos_bias=1.5)
+    src = sources(15)
+    kwargs = {"beam_size": 4, "nbest": 4, "max_len_b": 5, "return_attention": True, **IDS}
+    cached = beam_search(model, src, use_cache=True, **kwargs)
+    recomputed = beam_search(model, src, use_cache=False, **kwargs)
+    for hyps_a, hyps_b in zip(cached, recomputed, strict=True):
+        assert [h.tokens for h in hyps_a] == [h.tokens for h in hyps_b]
+        for a, b in zip(hyps_a, hyps_b, strict=True):
+            assert a.score == pytest.approx(b.score, abs=1e-10)
+            torch.testing.assert_close(a.attention, b.attention, rtol=0, atol=1e-6)
+
+
+def test_batch_equals_one_sentence_at_a_time():
+    model = make_model(15, eos_bias=1.5)
+    src = sources(15)
+    batched = beam_search(model, src, nbest=2, max_len_b=5, **IDS)
+    batched_greedy = greedy_search(model, src, max_len_b=5, **IDS)
+    for b in range(src.shape[0]):
+        row = src[b : b + 1, : int((src[b] != PAD).sum())]
+        alone = beam_search(model, row, nbest=2, max_len_b=5, **IDS)[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in batched[b]]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in batched[b]], abs=1e-10)
+        assert greedy_search(model, row, max_len_b=5, **IDS)[0] == batched_greedy[b]
+
+
+def test_hypothesis_scores_are_length_penalised_log_probs():
+    model = make_model(15, eos_bias=1.5)
+    src = sources(15)
+    alpha = 0.6
+    results = beam_search(model, src, beam_size=4, nbest=4, alpha=alpha, max_len_b=5, **IDS)
+    for b, hyps in enumerate(results):
+        assert len(hyps) == 4
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        assert len({tuple(h.tokens) for h in hyps}) == 4
+        for h in hyps:
+            assert isinstance(h, Hypothesis)
+            assert PAD not in h.tokens and BOS not in h.tokens and EOS not in h.tokens
+            assert h.log_prob == pytest.approx(sequence_log_prob(model, src[b], h.tokens), abs=1e-9)
+            assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens) + 1, alpha))
+
+
+def test_attention_rows_cover_the_unpadded_source():
+    model = make_model(15, eos_bias=1.5)
+    src = sources(15)
+    results = beam_search(model, src, max_len_b=5, return_attention=True, **IDS)
+    for b, hyps in enumerate(results):
+        attn = hyps[0].attention
+        src_len = int((src[b] != PAD).sum())
+        assert attn.shape == (len(hyps[0].tokens) + 1, src_len)
+        torch.testing.assert_close(attn.sum(-1), torch.ones(attn.shape[0], dtype=attn.dtype))
+    assert beam_search(model, src, max_len_b=5, **IDS)[0][0].attention is None
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_wide_beam_equals_exhaustive_enumeration(alpha):
+    """Vocabulary {PAD, UNK, BOS, EOS, 4, 5}: PAD and BOS are never generated, so outputs are
+    words over {UNK, 4, 5} of length 0..L then EOS, L = len(source) + max_len_b. A beam of 64
+    keeps every prefix (at most 3^3 = 27 live), so it must find the exhaustive optimum of
+    log P(y EOS | x) / lp(|y| + 1)."""
+    vocab = 6
+    model = make_model(vocab, eos_bias=1.5, seed=4)
+    src = torch.tensor([[4, 5, EOS], [5, EOS, PAD]])  # L = 3 and 2 with max_len_b = 0
+    results = beam_search(model, src, beam_size=64, nbest=5, alpha=alpha, max_len_b=0, **IDS)
+    for b, max_len in enumerate([3, 2]):
+        scored = []
+        for n in range(max_len + 1):
+            for tokens in itertools.product([UNK, 4, 5], repeat=n):
+                log_prob = sequence_log_prob(model, src[b], list(tokens))
+                scored.append((log_prob / length_penalty(n + 1, alpha), list(tokens)))
+        scored.sort(key=lambda item: -item[0])
+        best = results[b]
+        assert [h.tokens for h in best] == [tokens for _, tokens in scored[:5]]
+        assert [h.score for h in best] == pytest.approx([s for s, _ in scored[:5]], abs=1e-10)
+
+
+def test_early_stopping_never_changes_the_best_hypothesis():
+    """With nbest=1 the exact bound stops a sentence as soon as no live hypothesis can beat the
+    best finished one; with nbest=beam_size it runs until the beam is used up. Same winner."""
+    for seed in range(4):
+        model = make_model(15, eos_bias=1.5, seed=seed)
+        src = sources(15, seed=seed)
+        early = beam_search(model, src, beam_size=4, nbest=1, alpha=0.6, max_len_b=8, **IDS)
+        full = beam_search(model, src, beam_size=4, nbest=4, alpha=0.6, max_len_b=8, **IDS)
+        for e, f in zip(early, full, strict=True):
+            assert e[0].tokens == f[0].tokens
+            assert e[0].score == pytest.approx(f[0].score, abs=1e-12)
+
+
+def test_maximum_length_is_source_length_plus_max_len_b():
+    model = make_model(15, eos_bias=-50.0)  # EOS practically never chosen: outputs run to the end
+    src = sources(15)
+    src_len = (src != PAD).sum(1).tolist()
+    greedy = greedy_search(model, src, max_len_b=3, **IDS)
+    beam = beam_search(model, src, max_len_b=3, **IDS)
+    assert [len(out) for out in greedy] == [n + 3 for n in src_len]
+    assert [len(hyps[0].tokens) for hyps in beam] == [n + 3 for n in src_len]
+
+
+def test_min_len_forbids_early_eos():
+    model = make_model(15, eos_bias=50.0)  # EOS always first choice when allowed
+    src = sources(15)
+    assert greedy_search(model, src, max_len_b=5, **IDS) == [[]] * src.shape[0]
+    out = greedy_search(model, src, max_len_b=5, min_len=4, **IDS)
+    assert [len(tokens) for tokens in out] == [4] * src.shape[0]
+    beam = beam_search(model, src, max_len_b=5, min_len=4, **IDS)
+    assert [len(hyps[0].tokens) for hyps in beam] == [4] * src.shape[0]
+
+
+def test_search_restores_training_mode_and_checks_arguments():
+    model = make_model(15, eos_bias=0.0).train()
+    src = sources(15)
+    first = greedy_search(model, src, max_len_b=2, **IDS)
+    assert model.training
+    assert greedy_search(model, src, max_len_b=2, **IDS) == first  # no dropout during search
+    with pytest.raises(ValueError, match="nbest"):
+        beam_search(model, src, beam_size=2, nbest=3, **IDS)
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(model, src, beam_size=0, **IDS)
+    assert beam_search(model, src[:0], **IDS) == [] and greedy_search(model, src[:0], **IDS) == []
