@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import json
@@ -174,10 +175,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Length", str(len(PAYLOAD)))
             self.end_headers()
-            try:
+            with contextlib.suppress(BrokenPipeError):  # a /slow client may have given up
                 self.wfile.write(PAYLOAD)
-            except BrokenPipeError:  # the client of /slow gave up already (timeout)
-                pass
             return
         self.send_error(404)
 
