@@ -1,0 +1,184 @@
+"""The paper's recipes and the default config: their values, Snakemake dry runs, config errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT
+from transformer_nmt.errors import ConfigError
+
+RECIPES = sorted((REPO_ROOT / "config" / "experiments").glob("*.yaml"))
+DEFAULT = REPO_ROOT / "config" / "config.yaml"
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def _pipeline_module() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "pipeline", REPO_ROOT / "workflow" / "lib" / "pipeline.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _dry_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``snakemake -n -p`` of the repo's Snakefile in an empty working directory (offline)."""
+    snakemake = Path(sys.executable).with_name("snakemake")
+    return subprocess.run(
+        [str(snakemake), "-n", "-p", "--cores", "2", "--snakefile", str(REPO_ROOT / "Snakefile"),
+         "--directory", str(tmp_path), *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def _shell_commands(output: str, stage: str) -> list[str]:
+    return [line for line in output.splitlines() if f"python -m transformer_nmt {stage} " in line]
+
+
+def test_every_paper_recipe_is_present() -> None:
+    assert {p.stem for p in RECIPES} == {
+        "wmt14_en_de_base", "wmt14_en_de_big", "wmt14_en_fr_base", "wmt14_en_fr_big",
+        "multi30k_en_de_base", "multi30k_en_fr_base",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("recipe", "preset", "steps", "last_k", "p_drop", "vocab"),
+    [
+        ("wmt14_en_de_base", "base", 100_000, 5, None, 37000),
+        ("wmt14_en_de_big", "big", 300_000, 20, 0.3, 37000),
+        ("wmt14_en_fr_base", "base", 100_000, 5, None, 32000),
+        ("wmt14_en_fr_big", "big", 300_000, 20, 0.1, 32000),
+    ],
+)
+def test_wmt14_recipes_hold_the_papers_values(
+    recipe: str, preset: str, steps: int, last_k: int, p_drop: float | None, vocab: int
+) -> None:
+    config = _load(REPO_ROOT / "config" / "experiments" / f"{recipe}.yaml")
+    (exp,) = config["experiments"].values()
+    train = exp["train"]
+    assert exp["preset"] == preset
+    assert exp["model_overrides"].get("p_drop") == p_drop  # §6.1 big: 0.3 EN-DE, 0.1 EN-FR
+    assert train["max_steps"] == steps  # §5.2
+    assert exp["average_last_k"] == last_k <= train["keep_checkpoints"]  # §6.1
+    assert train["tokens_per_update"] == 25000  # §5.1
+    assert train["warmup"] == 4000 and train["lr_scale"] == 1.0  # §5.3
+    assert train["adam_betas"] == [0.9, 0.98] and train["adam_eps"] == 1e-9  # §5.3
+    assert train["checkpoint_every_minutes"] == 10 and train["checkpoint_every_steps"] is None
+    assert exp["translate"] == {"beam": 4, "alpha": 0.6, "max_len_b": 50, "max_tokens": 8192}
+    assert exp["test_sets"] == ["newstest2014"]
+    assert config["data"][exp["dataset"]][exp["pair"]]["vocab_size"] == vocab  # §5.1
+
+
+def test_default_config_is_the_cpu_demo_on_multi30k() -> None:
+    config = _load(DEFAULT)
+    (exp,) = config["experiments"].values()
+    assert (exp["dataset"], exp["pair"], exp["preset"]) == ("multi30k", "en-de", "tiny")
+    assert exp["train"]["accelerator"] == "cpu"
+    assert exp["test_sets"] == ["test_2016_flickr", "test_2017_flickr"]
+    assert exp["translate"]["beam"] == 4 and exp["translate"]["alpha"] == 0.6
+    assert exp["average_last_k"] == 5
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_dry_run_of_every_recipe(tmp_path: Path, recipe: Path) -> None:
+    result = _dry_run(tmp_path, "--configfile", str(recipe))
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    (name,) = _load(recipe)["experiments"]
+    config = _load(recipe)
+    exp = config["experiments"][name]
+    # A --configfile replaces the default config: only the recipe's experiment is planned.
+    (train,) = _shell_commands(out, "train")
+    assert f"--run-dir results/runs/{name} " in train
+    assert f"--mlflow-experiment {exp['dataset']}_{exp['pair']} --mlflow-run {name}" in train
+    translate = _shell_commands(out, "translate")
+    assert len(translate) == len(exp["test_sets"])
+    assert all("--beam 4 --alpha 0.6 --max-len-b 50" in cmd for cmd in translate)
+    assert len(_shell_commands(out, "score")) == len(exp["test_sets"])
+    assert f"--last {exp['average_last_k']} " in _shell_commands(out, "average")[0]
+    assert "multi30k_en_de_tiny" not in out
+
+
+def test_dry_run_of_the_default_plans_the_whole_dag(tmp_path: Path) -> None:
+    result = _dry_run(tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
+    assert counts == {
+        "download_multi30k": "1", "prepare_multi30k_en_de": "1", "spm_train": "1",
+        "encode": "4", "train": "1", "average": "1", "translate": "2", "score": "2",
+        "report": "1", "all": "1", "total": "15",
+    }  # fmt: skip
+
+
+def test_slurm_profile_runs_train_as_one_ddp_task_per_gpu(tmp_path: Path) -> None:
+    recipe = REPO_ROOT / "config" / "experiments" / "wmt14_en_de_base.yaml"
+    result = _dry_run(
+        tmp_path, "--profile", str(REPO_ROOT / "profiles" / "slurm"), "--configfile", str(recipe)
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    (train,) = _shell_commands(out, "train")
+    assert "Shell command: srun python -m transformer_nmt train " in train
+    block = out[out.index("rule train:") :].split("Shell command")[0]
+    for resource in ("gpu=8", "nodes=1", "tasks_per_node=8", "mpi=srun", "slurm_partition=gpu"):
+        assert resource in block
+    # devices: auto and num_nodes: 1 take the 8 GPUs / 1 node that SLURM gives the job.
+    assert '"devices":"auto"' in train and '"num_nodes":1' in train
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda e: e["translate"].update(beam=0), r"\['translate'\]\['beam'\]"),
+        (lambda e: e["train"].update(max_stpes=10), r"'max_stpes' was unexpected"),
+        (lambda e: e.update(preset="huge"), r"'huge' is not one of"),
+        (lambda e: e.update(test_sets=["test_2099"]), r"experiments\.demo\.test_sets: 'test_2099'"),
+        (lambda e: e.update(dataset="wmt99"), r"experiments\.demo: unknown dataset 'wmt99'"),
+        (lambda e: e.update(pair="en-fr"), r"experiments\.demo: no data settings for multi30k"),
+        (lambda e: e.update(average_last_k=9), r"experiments\.demo\.average_last_k"),
+    ],
+)
+def test_invalid_config_names_the_key(tmp_path: Path, edit: Any, message: str) -> None:
+    config = _load(DEFAULT)
+    (exp,) = config["experiments"].values()
+    config["experiments"] = {"demo": exp}
+    edit(exp)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(config), encoding="utf-8")
+    result = _dry_run(tmp_path, "--configfile", str(bad))
+    assert result.returncode != 0
+    assert re.search(message, result.stdout + result.stderr), (result.stdout + result.stderr)[
+        -2000:
+    ]
+
+
+def test_pipeline_resolves_files_and_params() -> None:
+    pipeline = _pipeline_module().Pipeline(_load(DEFAULT), REPO_ROOT)
+    (name,) = pipeline.experiments()
+    assert pipeline.data_pairs() == [("multi30k", "en-de")]
+    assert pipeline.raw_files("multi30k")[0].startswith("resources/multi30k/")
+    assert len(pipeline.raw_files("multi30k")) == 12
+    assert pipeline.test_file(name, "test_2016_flickr", "tgt") == (
+        "results/data/multi30k/en-de/test_2016_flickr.de"
+    )
+    assert pipeline.all_scores() == [
+        f"results/runs/{name}/test_2016_flickr.scores.json",
+        f"results/runs/{name}/test_2017_flickr.scores.json",
+    ]
+    # canonical JSON: key order does not change the param (no spurious re-runs)
+    assert pipeline.json({"b": 1, "a": [1, 2]}) == pipeline.json({"a": [1, 2], "b": 1})
+    with pytest.raises(ConfigError, match="registry: cannot read"):
+        pipeline.__class__({**_load(DEFAULT), "registry": "/nonexistent.yaml"}, REPO_ROOT)
