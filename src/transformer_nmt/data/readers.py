@@ -3,7 +3,8 @@
 Tar members are streamed straight from the archive (nothing is extracted to disk). Before any
 member is read, every member of the archive is checked with the standard library's
 ``tarfile.data_filter`` (PEP 706): absolute paths, ``..`` escapes and links pointing outside the
-archive make the archive unsafe, and reading it is a ``DataError``.
+archive make the archive unsafe (absolute member names, which ``data_filter`` would
+silently make relative, are refused too), and reading it is a ``DataError``.
 
 Lines are split at ``\\n`` only (a trailing ``\\r`` is removed) and decoded as strict UTF-8; an
 invalid byte, a truncated or corrupt gzip stream is a ``DataError`` naming the file and line.
@@ -35,6 +36,8 @@ _SPACES = re.compile(r"\s+")
 def check_archive_members(tar: tarfile.TarFile, archive: Path) -> None:
     """DataError unless every member would extract inside the archive's root directory."""
     for member in tar.getmembers():
+        if member.name.startswith(("/", "\\")):  # data_filter would strip it; we refuse it
+            raise DataError(f"{archive}: unsafe archive member {member.name!r}: absolute path")
         try:
             tarfile.data_filter(member, _CHECK_ROOT)
         except tarfile.FilterError as err:

@@ -1,0 +1,353 @@
+"""prepare: WMT-shaped archives (tgz with SGML and parallel text), cleaning report, bad inputs.
+
+Every fixture is built here in tmp dirs: a tgz of Europarl-like text, a plain tar holding
+gzipped Gigaword-like files, a dev tgz and a test-full tgz of WMT SGML.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from transformer_nmt.cli import main
+from transformer_nmt.data.clean import CleanConfig
+from transformer_nmt.data.prepare import prepare_pair
+from transformer_nmt.data.registry import get_dataset
+from transformer_nmt.errors import ConfigError, DataError
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _tar(path: Path, members: dict[str, bytes], mode: str = "w:gz") -> None:
+    with tarfile.open(path, mode) as tar:
+        for name, data in members.items():
+            _add(tar, name, data)
+
+
+def _lines(*lines: str) -> bytes:
+    return "".join(line + "\n" for line in lines).encode("utf-8")
+
+
+def _sgml(lang: str, segments: list[str]) -> bytes:
+    body = [f'<srcset setid="newstest2014" srclang="any" trglang="{lang}">']
+    body.append('<doc sysid="ref" docid="doc1" genre="news" origlang="en">')
+    body += [f'<seg id="{i}">{s}</seg>' for i, s in enumerate(segments, 1)]
+    body += ["</doc>", "</srcset>"]
+    return _lines(*body)
+
+
+def _side(file: str, member: str | None, fmt: str) -> dict:
+    return {"file": file, "member": member, "format": fmt}
+
+
+def _write_registry(raw: Path, splits: dict, tests: list[str]) -> Path:
+    files = {
+        p.name: {"url": f"https://example.invalid/{p.name}", "sha256": _sha(p)}
+        for p in sorted(raw.iterdir())
+    }
+    reg = {"wmt_toy": {"files": files, "pairs": {"en-de": {"splits": splits}}}}
+    reg["wmt_toy"]["test_splits"] = tests
+    path = raw.parent / "datasets.yaml"
+    path.write_text(yaml.safe_dump(reg, sort_keys=False))
+    return path
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+EUROPARL_EN = [
+    "Resumption of the session",
+    "  I declare resumed the session.  ",  # stripped
+    "",  # empty source: dropped
+    "Please rise for a minute of silence.",
+    "one two three four five six seven eight nine ten eleven twelve",  # ratio 12:1
+    "word " * 30,  # 30 tokens: too long for max_length 20
+    "Resumption of the session",  # duplicate of line 1
+    "Bell\x07 rings",  # control character removed
+]
+EUROPARL_DE = [
+    "Wiederaufnahme der Sitzungsperiode",
+    "Ich erkläre die Sitzung für wiederaufgenommen.",
+    "Leere Quelle",
+    "Bitte erheben Sie sich zu einer Schweigeminute.",
+    "eins",
+    "Wort " * 30,
+    "Wiederaufnahme der Sitzungsperiode",
+    "Glocke läutet",
+]
+GIGA_EN = ["Resumption of the session", "A new pair from the second corpus", "Trailing tab\t"]
+GIGA_DE = ["Wiederaufnahme der Sitzungsperiode", "Ein neues Paar", "Tabulator"]
+DEV_EN = ["Dev one", "", "Dev one"]  # never filtered: empty line and duplicate stay
+DEV_DE = ["Dev eins", "", "Dev eins"]
+TEST_EN = ["Gutach:  Increased safety for pedestrians ", "Cats &amp; dogs"]
+TEST_DE = ["Gutach: Noch mehr Sicherheit für Fußgänger", "Katzen &amp; Hunde"]
+
+
+@pytest.fixture
+def wmt_toy(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    _tar(
+        raw / "training-parallel-europarl-v7.tgz",
+        {
+            "training/europarl-v7.de-en.en": _lines(*EUROPARL_EN),
+            "training/europarl-v7.de-en.de": _lines(*EUROPARL_DE),
+        },
+    )
+    _tar(
+        raw / "training-giga.tar",
+        {
+            "giga.en.gz": gzip.compress(_lines(*GIGA_EN)),
+            "giga.de.gz": gzip.compress(_lines(*GIGA_DE)),
+        },
+        mode="w",
+    )
+    _tar(
+        raw / "dev.tgz",
+        {"dev/newstest2013.en": _lines(*DEV_EN), "dev/newstest2013.de": _lines(*DEV_DE)},
+    )
+    _tar(
+        raw / "test-full.tgz",
+        {
+            "test-full/newstest2014-deen-src.en.sgm": _sgml("en", TEST_EN),
+            "test-full/newstest2014-deen-ref.de.sgm": _sgml("de", TEST_DE),
+        },
+    )
+    euro = "training-parallel-europarl-v7.tgz"
+    splits = {
+        "train": [
+            {
+                "name": "europarl_v7",
+                "en": _side(euro, "training/europarl-v7.de-en.en", "text"),
+                "de": _side(euro, "training/europarl-v7.de-en.de", "text"),
+            },
+            {
+                "name": "giga",
+                "en": _side("training-giga.tar", "giga.en.gz", "gzip"),
+                "de": _side("training-giga.tar", "giga.de.gz", "gzip"),
+            },
+        ],
+        "valid": [
+            {
+                "name": "newstest2013",
+                "en": _side("dev.tgz", "dev/newstest2013.en", "text"),
+                "de": _side("dev.tgz", "dev/newstest2013.de", "text"),
+            }
+        ],
+        "newstest2014": [
+            {
+                "name": "newstest2014",
+                "en": _side("test-full.tgz", "test-full/newstest2014-deen-src.en.sgm", "sgml"),
+                "de": _side("test-full.tgz", "test-full/newstest2014-deen-ref.de.sgm", "sgml"),
+            }
+        ],
+    }
+    return get_dataset(_write_registry(raw, splits, ["newstest2014"]), "wmt_toy"), raw
+
+
+def _read(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+RULES = CleanConfig(max_length=20, max_length_ratio=3.0)
+
+
+def test_wmt_archives_extract_clean_and_report(wmt_toy, tmp_path):
+    dataset, raw = wmt_toy
+    out = tmp_path / "data"
+    report = prepare_pair(dataset, "en-de", raw, out, RULES)
+    assert _read(out / "train.en") == [
+        "Resumption of the session",
+        "I declare resumed the session.",
+        "Please rise for a minute of silence.",
+        "Bell rings",
+        "A new pair from the second corpus",
+        "Trailing tab",
+    ]
+    assert _read(out / "train.de")[3:] == ["Glocke läutet", "Ein neues Paar", "Tabulator"]
+    train = report["splits"]["train"]
+    assert train["filtered"] is True
+    assert train["corpora"]["europarl_v7"] == {
+        "read": 8,
+        "kept": 4,
+        "dropped": {"empty": 1, "too_long": 1, "length_ratio": 1, "duplicate": 1},
+        "modified": {"control_chars": 1},
+    }
+    # the first giga pair repeats europarl's first pair: a duplicate across corpora
+    assert train["corpora"]["giga"]["dropped"]["duplicate"] == 1
+    assert train["corpora"]["giga"]["modified"] == {"control_chars": 1}  # the tab
+    assert (train["read"], train["kept"]) == (11, 6)
+    assert json.loads((out / "clean_report.json").read_text()) == report
+    # validation and test: never filtered, SGML segments read as sacrebleu reads them
+    assert _read(out / "valid.en") == DEV_EN and _read(out / "valid.de") == DEV_DE
+    assert _read(out / "newstest2014.en") == [
+        "Gutach: Increased safety for pedestrians",
+        "Cats &amp; dogs",
+    ]
+    assert _read(out / "newstest2014.de") == TEST_DE
+    assert report["splits"]["valid"]["filtered"] is False
+    assert report["splits"]["valid"]["kept"] == 3
+    assert sorted(p.name for p in out.iterdir()) == [
+        "clean_report.json",
+        "newstest2014.de",
+        "newstest2014.en",
+        "train.de",
+        "train.en",
+        "valid.de",
+        "valid.en",
+    ]
+
+
+def test_rules_can_be_switched_off_and_max_sentences_cuts_every_split(wmt_toy, tmp_path):
+    dataset, raw = wmt_toy
+    rules = CleanConfig(dedupe=False, max_length=None, max_length_ratio=None)
+    report = prepare_pair(dataset, "en-de", raw, tmp_path / "a", rules)
+    assert report["splits"]["train"]["kept"] == 10  # only the empty pair dropped
+    assert report["splits"]["train"]["dropped"]["empty"] == 1
+    small = CleanConfig(max_sentences=2)
+    report = prepare_pair(dataset, "en-de", raw, tmp_path / "b", small)
+    assert {split: r["read"] for split, r in report["splits"].items()} == {
+        "train": 2,
+        "valid": 2,
+        "newstest2014": 2,
+    }
+    assert len(_read(tmp_path / "b" / "valid.de")) == 2
+
+
+def test_cli_prepare_with_clean_json(wmt_toy, tmp_path, capsys):
+    dataset, raw = wmt_toy
+    reg = raw.parent / "datasets.yaml"
+    base = ["prepare", "--registry", str(reg), "--dataset", "wmt_toy", "--pair", "en-de"]
+    base += ["--raw-dir", str(raw), "--out-dir", str(tmp_path / "out")]
+    assert main([*base, "--clean", '{"max_length": 20, "max_length_ratio": 3}']) == 0
+    assert len(_read(tmp_path / "out" / "train.en")) == 6
+    assert main([*base, "--clean", '{"max_len": 20}']) == 2
+    assert "unknown cleaning rule 'max_len'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"max_len": 5}, "unknown cleaning rule 'max_len'"),
+        ({"dedupe": "yes"}, "dedupe must be true or false"),
+        ({"max_length": 0}, "max_length must be null or a positive integer"),
+        ({"max_length_ratio": 0.5}, "max_length_ratio must be null or a number >= 1"),
+        ({"max_sentences": 1.5}, "max_sentences must be null or a positive integer"),
+    ],
+)
+def test_clean_config_errors_name_the_key(raw, message):
+    with pytest.raises(ConfigError, match=message):
+        CleanConfig.from_dict(raw)
+
+
+# --- bad inputs: each is a DataError naming the file (and line), and leaves no output ---------
+
+
+def _plain_dataset(tmp_path: Path, train_en: bytes, train_de: bytes, fmt: str = "text"):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    suffix = ".gz" if fmt == "gzip" else ""
+    (raw / f"train.en{suffix}").write_bytes(train_en)
+    (raw / f"train.de{suffix}").write_bytes(train_de)
+    corpus = {
+        "name": "c",
+        "en": _side(f"train.en{suffix}", None, fmt),
+        "de": _side(f"train.de{suffix}", None, fmt),
+    }
+    reg = _write_registry(raw, {"train": [corpus], "valid": [corpus]}, [])
+    return get_dataset(reg, "wmt_toy"), raw
+
+
+def _fails(dataset, raw, out: Path, message: str) -> None:
+    with pytest.raises(DataError, match=message):
+        prepare_pair(dataset, "en-de", raw, out, CleanConfig())
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_truncated_gzip_names_file_and_line(tmp_path):
+    full = gzip.compress(_lines(*[f"sentence number {i}" for i in range(5000)]))
+    good = gzip.compress(_lines(*[f"Satz Nummer {i}" for i in range(5000)]))
+    dataset, raw = _plain_dataset(tmp_path, full[: len(full) // 2], good, fmt="gzip")
+    _fails(
+        dataset, raw, tmp_path / "out", r"raw/train\.en\.gz: truncated gzip stream after line \d+"
+    )
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    dataset, raw = _plain_dataset(tmp_path, b"ok\nfine\nbad \xff byte\n", b"a\nb\nc\n")
+    _fails(dataset, raw, tmp_path / "out", r"raw/train\.en: line 3: invalid UTF-8")
+
+
+def test_misaligned_line_counts_name_both_files(tmp_path):
+    dataset, raw = _plain_dataset(tmp_path, b"a\nb\nc\n", b"x\ny\n")
+    _fails(
+        dataset,
+        raw,
+        tmp_path / "out",
+        r"misaligned corpus 'c': .*raw/train\.de ends after line 2 "
+        r"but .*raw/train\.en has a line 3",
+    )
+
+
+def test_checksum_mismatch_of_raw_file(tmp_path):
+    dataset, raw = _plain_dataset(tmp_path, b"a\n", b"x\n")
+    (raw / "train.en").write_bytes(b"changed\n")
+    _fails(dataset, raw, tmp_path / "out", r"raw/train\.en: sha256 does not match")
+
+
+def _archive_dataset(tmp_path: Path, build) -> tuple:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    with tarfile.open(raw / "corpus.tgz", "w:gz") as tar:
+        _add(tar, "c/train.en", b"hello\n")
+        _add(tar, "c/train.de", b"hallo\n")
+        build(tar)
+    corpus = {
+        "name": "c",
+        "en": _side("corpus.tgz", "c/train.en", "text"),
+        "de": _side("corpus.tgz", "c/train.de", "text"),
+    }
+    reg = _write_registry(raw, {"train": [corpus], "valid": [corpus]}, [])
+    return get_dataset(reg, "wmt_toy"), raw
+
+
+def _link(tar: tarfile.TarFile, name: str, target: str, kind=tarfile.SYMTYPE) -> None:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, target
+    tar.addfile(info)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda tar: _add(tar, "../escape.txt", b"x"), r"unsafe archive member '\.\./escape\.txt'"),
+        (lambda tar: _add(tar, "/etc/evil", b"x"), r"unsafe archive member '/etc/evil'"),
+        (lambda tar: _link(tar, "c/link", "../../outside"), r"unsafe archive member 'c/link'"),
+        (lambda tar: _link(tar, "c/abs", "/etc/passwd"), r"unsafe archive member 'c/abs'"),
+    ],
+    ids=["dotdot", "absolute", "symlink-out", "symlink-absolute"],
+)
+def test_unsafe_archives_are_refused(tmp_path, build, message):
+    dataset, raw = _archive_dataset(tmp_path, build)
+    _fails(dataset, raw, tmp_path / "out", rf"raw/corpus\.tgz: {message}")
+
+
+def test_safe_archive_reads_and_missing_member_is_named(tmp_path):
+    dataset, raw = _archive_dataset(tmp_path, lambda tar: _link(tar, "c/ok", "train.en"))
+    prepare_pair(dataset, "en-de", raw, tmp_path / "out", CleanConfig())
+    assert _read(tmp_path / "out" / "train.en") == ["hello"]
+    corpus = dataset.pairs["en-de"].splits["valid"][0]
+    object.__setattr__(corpus.sides["de"], "member", "c/nope.de")
+    _fails(dataset, raw, tmp_path / "out2", r"corpus\.tgz: has no member 'c/nope\.de'")
