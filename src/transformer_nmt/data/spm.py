@@ -11,17 +11,17 @@ SentencePiece's default (NFKC, collapsing spaces) would change characters of the
 ``decode(encode(x)) == x`` for every line x, including characters never seen in training (they
 are spelled as UTF-8 byte pieces instead of becoming UNK). The tests check this exactly.
 
-Outputs ``{prefix}.model``, ``{prefix}.vocab`` and ``{prefix}.json`` (the ids and settings);
-they are trained under a temporary prefix and renamed into place, the ``.model`` last.
+Outputs ``{prefix}.model``, ``{prefix}.vocab`` and ``{prefix}.json`` (the ids and settings),
+each written atomically, the ``.model`` last. The model is trained in memory, so the same
+inputs, seed and thread count give a byte-identical model (its sha256 is the vocab identity).
 """
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
+import io
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ import numpy as np
 
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, load_vocab_info
 from transformer_nmt.errors import ConfigError, DataError
-from transformer_nmt.io_utils import write_json
+from transformer_nmt.io_utils import atomic_open, write_json
 
 log = logging.getLogger(__name__)
 
@@ -109,41 +109,42 @@ def train_spm(
         "sampled_lines": len(chosen),
         "input_lines": dict(zip(map(str, paths), counts, strict=True)),
     }
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{prefix.name}.", dir=prefix.parent))
+    spm.set_random_generator_seed(seed)
+    model = io.BytesIO()  # trained in memory: no temporary path ends up inside the model
     try:
-        spm.set_random_generator_seed(seed)
-        tmp_prefix = tmp_dir / prefix.name
-        try:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=_sampled_lines(paths, chosen),
-                model_prefix=str(tmp_prefix),
-                model_type="bpe",
-                vocab_size=vocab_size,
-                pad_id=PAD_ID,
-                unk_id=UNK_ID,
-                bos_id=BOS_ID,
-                eos_id=EOS_ID,
-                normalization_rule_name="identity",
-                remove_extra_whitespaces=False,
-                byte_fallback=True,
-                character_coverage=character_coverage,
-                input_sentence_size=0,  # already sampled above
-                shuffle_input_sentence=False,
-                num_threads=threads,
-                minloglevel=1,
-            )
-        except RuntimeError as err:
-            raise DataError(
-                f"SentencePiece training on {[str(p) for p in paths]} failed "
-                f"(--vocab-size {vocab_size}): {err}"
-            ) from err
-        info = load_vocab_info(tmp_prefix.with_suffix(".model"))
-        settings["sha256"] = info.sha256
-        write_json(tmp_prefix.with_suffix(".json"), settings)
-        for suffix in (".vocab", ".json", ".model"):  # the .model (the stage output) last
-            os.replace(tmp_prefix.with_suffix(suffix), prefix.with_suffix(suffix))
-    finally:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(tmp_dir)
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=_sampled_lines(paths, chosen),
+            model_writer=model,
+            model_type="bpe",
+            vocab_size=vocab_size,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            normalization_rule_name="identity",
+            remove_extra_whitespaces=False,
+            byte_fallback=True,
+            character_coverage=character_coverage,
+            input_sentence_size=0,  # already sampled above
+            shuffle_input_sentence=False,
+            num_threads=threads,
+            minloglevel=1,
+        )
+    except RuntimeError as err:
+        raise DataError(
+            f"SentencePiece training on {[str(p) for p in paths]} failed "
+            f"(--vocab-size {vocab_size}): {err}"
+        ) from err
+    proto = model.getvalue()
+    processor = spm.SentencePieceProcessor(model_proto=proto)
+    settings["sha256"] = hashlib.sha256(proto).hexdigest()
+    model_path = prefix.with_suffix(".model")
+    with atomic_open(prefix.with_suffix(".vocab")) as vocab:  # same layout as spm's .vocab
+        for i in range(processor.get_piece_size()):
+            vocab.write(f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}\n")
+    write_json(prefix.with_suffix(".json"), settings)
+    with atomic_open(model_path, "wb") as handle:  # the .model (the stage's output) last
+        handle.write(proto)
+    load_vocab_info(model_path)  # checks the fixed special ids
     log.info("%s.model: %d pieces from %d sampled lines", prefix, vocab_size, len(chosen))
     return settings

@@ -1,0 +1,163 @@
+"""Multi30k from the shared mirror, end to end: download -> prepare -> spm-train -> encode ->
+batches, through the stage CLIs. One pipeline run (about 10 s) is shared by the module."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+
+from transformer_nmt.cli import main
+from transformer_nmt.data.datamodule import TranslationDataModule
+from transformer_nmt.data.encode import encode_files
+from transformer_nmt.data.spm import train_spm
+from transformer_nmt.data.token_array import TokenArray, array_paths
+from transformer_nmt.data.vocab import load_vocab_info
+from transformer_nmt.errors import DataError
+
+REGISTRY = Path(__file__).resolve().parents[1] / "config" / "datasets.yaml"
+SPLITS = {"train": 29_000, "valid": 1_014, "test_2016_flickr": 1_000, "test_2017_flickr": 1_000}
+
+
+@pytest.fixture(scope="module")
+def pipeline(shared_mirror, tmp_path_factory):
+    root = tmp_path_factory.mktemp("m30k")
+    raw, data, spm_dir, bin_dir = (root / d for d in ("raw", "data", "spm", "bin"))
+    common = ["--registry", str(REGISTRY), "--dataset", "multi30k"]
+    assert main(["download", *common, "--out-dir", str(raw), "--mirror", str(shared_mirror)]) == 0
+    prep = ["prepare", *common, "--pair", "en-de", "--raw-dir", str(raw), "--out-dir", str(data)]
+    assert main(prep) == 0
+    assert main([*prep[:-1], str(root / "data_nodedupe"), "--clean", '{"dedupe": false}']) == 0
+    assert (
+        main(
+            ["spm-train", "--inputs", str(data / "train.en"), str(data / "train.de")]
+            + ["--vocab-size", "8000", "--sample-sentences", "2000000", "--seed", "1"]
+            + ["--model-prefix", str(spm_dir / "spm")]
+        )
+        == 0
+    )
+    texts = sorted(str(p) for p in data.iterdir() if p.suffix in (".en", ".de"))
+    enc = ["encode", "--spm-model", str(spm_dir / "spm.model"), "--inputs", *texts]
+    assert main([*enc, "--out-dir", str(bin_dir), "--workers", "2"]) == 0
+    return root
+
+
+def _lines(path: Path) -> list[str]:
+    with open(path, encoding="utf-8", newline="\n") as handle:
+        return [line.removesuffix("\n") for line in handle]
+
+
+def test_line_counts_match_the_dataset(pipeline):
+    report = json.loads((pipeline / "data" / "clean_report.json").read_text())
+    for split, n in SPLITS.items():
+        assert report["splits"][split]["read"] == n
+        for lang in ("en", "de"):
+            assert len(_lines(pipeline / "data_nodedupe" / f"{split}.{lang}")) == n
+    train = report["splits"]["train"]
+    # Multi30k train has no empty or over-long lines; only exact duplicate pairs are removed
+    assert train["dropped"]["empty"] == train["dropped"]["too_long"] == 0
+    assert train["dropped"]["length_ratio"] == 0
+    assert train["kept"] == 29_000 - train["dropped"]["duplicate"]
+    assert 0 < train["dropped"]["duplicate"] < 10
+    assert len(_lines(pipeline / "data" / "train.de")) == train["kept"]
+    for split in ("valid", "test_2016_flickr", "test_2017_flickr"):
+        assert report["splits"][split]["kept"] == SPLITS[split]  # never filtered
+        assert len(TokenArray(pipeline / "bin" / f"{split}.de")) == SPLITS[split]
+
+
+def test_spm_model_has_fixed_ids_and_recorded_settings(pipeline):
+    info = load_vocab_info(pipeline / "spm" / "spm.model")
+    assert (info.size, info.pad_id, info.unk_id, info.bos_id, info.eos_id) == (8000, 0, 1, 2, 3)
+    recorded = json.loads((pipeline / "spm" / "spm.json").read_text())
+    assert recorded["sha256"] == info.sha256
+    assert (recorded["pad_id"], recorded["unk_id"], recorded["bos_id"], recorded["eos_id"]) == (
+        0,
+        1,
+        2,
+        3,
+    )
+    assert recorded["sampled_lines"] == 2 * len(_lines(pipeline / "data" / "train.en"))
+
+
+def test_every_id_round_trips_to_the_text(pipeline):
+    """identity normalisation + byte fallback: decode(ids) == the prepared line, exactly."""
+    sp = spm.SentencePieceProcessor(model_file=str(pipeline / "spm" / "spm.model"))
+    for split in SPLITS:
+        for lang in ("en", "de"):
+            arr = TokenArray(pipeline / "bin" / f"{split}.{lang}")
+            lines = _lines(pipeline / "data" / f"{split}.{lang}")
+            assert arr.tokens.dtype == np.uint16
+            assert len(arr) == len(lines)
+            assert int(arr.tokens.min()) >= 4  # no pad/unk/bos/eos inside the arrays
+            decoded = sp.decode([a.tolist() for a in arr])
+            assert decoded == lines, f"{split}.{lang}"
+
+
+def test_spm_sample_is_deterministic_given_the_seed(pipeline, tmp_path):
+    inputs = [pipeline / "data" / "train.en", pipeline / "data" / "train.de"]
+    shas = [
+        train_spm(inputs, tmp_path / name, vocab_size=1000, sample_sentences=5000, seed=seed)[
+            "sha256"
+        ]
+        for name, seed in (("a", 7), ("b", 7), ("c", 8))
+    ]
+    assert shas[0] == shas[1] != shas[2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"{n}.{s}" for n in "abc" for s in ("json", "model", "vocab")
+    ]
+
+
+def test_parallel_encoding_equals_serial(pipeline, tmp_path):
+    model = pipeline / "spm" / "spm.model"
+    encode_files(model, [pipeline / "data" / "valid.de"], tmp_path, workers=1)
+    for out, ref in zip(
+        array_paths(tmp_path / "valid.de"), array_paths(pipeline / "bin" / "valid.de"), strict=True
+    ):
+        assert out.read_bytes() == ref.read_bytes()
+
+
+def test_encode_bad_utf8_names_line_and_leaves_nothing(pipeline, tmp_path):
+    good = tmp_path / "in" / "a.en"
+    bad = tmp_path / "in" / "b.en"
+    good.parent.mkdir()
+    good.write_text("fine\n")
+    bad.write_bytes(b"ok\nstill ok\n\xc3\x28 broken\n")
+    out = tmp_path / "out"
+    with pytest.raises(DataError, match=r"in/b\.en: line 3: invalid UTF-8"):
+        encode_files(pipeline / "spm" / "spm.model", [good, bad], out, workers=2)
+    assert list(out.iterdir()) == []
+
+
+def test_batches_bound_tokens_and_cover_the_epoch(pipeline):
+    bin_dir = pipeline / "bin"
+    n_train = len(TokenArray(bin_dir / "train.en"))
+    dm = TranslationDataModule(bin_dir, "en", "de", max_tokens=2048, seed=1)
+    seen = []
+    for batch in dm.train_dataloader():
+        assert batch["src"].numel() <= 2048 and batch["tgt_in"].numel() <= 2048
+        seen += batch["index"].tolist()
+    assert len(seen) == n_train and sorted(seen) == list(range(n_train))  # each exactly once
+    assert dm.samplers["train"].num_dropped == 0
+    valid = [i for b in dm.val_dataloader() for i in b["index"].tolist()]
+    assert sorted(valid) == list(range(1014))
+
+
+def test_two_ranks_see_disjoint_batches_covering_the_epoch(pipeline):
+    shares = []
+    for rank in (0, 1):
+        dm = TranslationDataModule(pipeline / "bin", "en", "de", max_tokens=2048, seed=1)
+        sampler = dm.batch_sampler("train", shuffle=True)
+        sampler.rank, sampler.world_size = rank, 2
+        sampler.set_epoch(3)
+        shares.append([tuple(b) for b in sampler])
+    n = sampler.num_batches
+    assert len(shares[0]) == len(shares[1]) == -(-n // 2)
+    repeated = set(shares[0]) & set(shares[1])
+    assert len(repeated) == n % 2  # only the padding batch of an odd count repeats
+    covered = sorted(i for share in shares for b in set(share) for i in b)
+    n_train = len(TokenArray(pipeline / "bin" / "train.en"))
+    assert sorted(set(covered)) == list(range(n_train))
+    assert len(covered) == n_train + sum(len(b) for b in repeated)
