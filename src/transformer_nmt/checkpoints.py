@@ -1,0 +1,219 @@
+"""Checkpoints: discovery of Lightning checkpoints, averaging (§6.1), model files.
+
+Two kinds of files (docs/interfaces.md):
+
+* Lightning checkpoints ``<run-dir>/checkpoints/step=00001000.ckpt``: the full training state
+  (weights, optimizer, schedule, loops, data sampler) used to resume. The LightningModule keeps
+  the Transformer as ``self.model``, so model weights are the ``state_dict`` entries under the
+  ``model.`` prefix; ``hyper_parameters`` hold plain types only (``model_config``, ``vocab``,
+  ...), so the files load with ``torch.load(..., weights_only=True)``.
+* Model files (``averaged.pt``): the unwrapped Transformer's weights, its config, the vocab
+  identity, the step and the source checkpoints, in the ``transformer_nmt.model/1`` format.
+
+§6.1: "For the base models, we used a single model obtained by averaging the last 5
+checkpoints, which were written at 10-minute intervals. For the big models, we averaged the
+last 20 checkpoints."
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from transformer_nmt.errors import CheckpointError
+from transformer_nmt.io_utils import atomic_path
+
+MODEL_FILE_FORMAT = "transformer_nmt.model/1"
+# The LightningModule's attribute holding the Transformer (training/module.py).
+MODEL_PREFIX = "model."
+_STEP_RE = re.compile(r"^step=(\d+)\.ckpt$")
+
+
+def checkpoint_name(step: int) -> str:
+    """File name of the Lightning checkpoint written at optimizer step ``step``."""
+    return f"step={step:08d}.ckpt"
+
+
+def checkpoint_step(path: str | os.PathLike[str]) -> int | None:
+    """The step in a ``step=NNNNNNNN.ckpt`` file name, or None for any other name."""
+    match = _STEP_RE.match(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def list_checkpoints(directory: str | os.PathLike[str]) -> list[Path]:
+    """Lightning checkpoints ``step=*.ckpt`` in ``directory``, sorted by step (oldest first).
+
+    A missing directory has no checkpoints. Temporary and other files are ignored.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [(checkpoint_step(p), p) for p in directory.iterdir() if p.is_file()]
+    return [p for step, p in sorted((s, p) for s, p in found if s is not None)]
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``torch.load`` a checkpoint or model file (weights only, on CPU) or raise CheckpointError."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint file not found")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated zip, pickle error, disallowed global, ...
+        raise CheckpointError(
+            f"{path}: cannot be read as a weights-only torch checkpoint "
+            f"({type(err).__name__}: {_first_line(err)})"
+        ) from err
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"{path}: expected a dict, found {type(payload).__name__}")
+    return payload
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "no detail"
+
+
+def model_state_dict(payload: Mapping[str, Any], path: str | os.PathLike[str]) -> dict:
+    """The Transformer's weights from a Lightning checkpoint or a model file's payload."""
+    if payload.get("format") == MODEL_FILE_FORMAT:
+        state = payload.get("state_dict")
+        if not isinstance(state, Mapping):
+            raise CheckpointError(f"{path}: model file without a state_dict")
+        return dict(state)
+    state = payload.get("state_dict")
+    if not isinstance(state, Mapping):
+        raise CheckpointError(
+            f"{path}: neither a Lightning checkpoint nor a {MODEL_FILE_FORMAT} file "
+            f"(top-level keys: {sorted(payload)[:8]})"
+        )
+    weights = {k[len(MODEL_PREFIX) :]: v for k, v in state.items() if k.startswith(MODEL_PREFIX)}
+    if not weights:
+        raise CheckpointError(f"{path}: no '{MODEL_PREFIX}*' weights in its state_dict")
+    return weights
+
+
+def checkpoint_meta(payload: Mapping[str, Any], path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``model_config``, ``vocab`` and ``step`` of a Lightning checkpoint or model file."""
+    if payload.get("format") == MODEL_FILE_FORMAT:
+        meta = {k: payload.get(k) for k in ("model_config", "vocab", "step")}
+    else:
+        hparams = payload.get("hyper_parameters") or {}
+        meta = {
+            "model_config": hparams.get("model_config"),
+            "vocab": hparams.get("vocab"),
+            "step": payload.get("global_step"),
+        }
+    for key in ("model_config", "vocab"):
+        if not isinstance(meta[key], Mapping):
+            raise CheckpointError(f"{path}: no '{key}' recorded in the checkpoint")
+    return meta
+
+
+def average_checkpoints(paths: Sequence[str | os.PathLike[str]]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the model weights of ``paths`` (§6.1 checkpoint averaging).
+
+    Floating tensors are accumulated in fp32 (fp64 for fp64 weights) and cast back to their
+    original dtype; integer buffers must be equal in every checkpoint. Every checkpoint must
+    have the same keys and shapes as the first, else CheckpointError names the file.
+    """
+    if not paths:
+        raise CheckpointError("no checkpoints to average")
+    first = Path(paths[0])
+    reference = model_state_dict(load_checkpoint(first), first)
+    dtypes = {k: v.dtype for k, v in reference.items()}
+    sums = {k: _accumulator(v) for k, v in reference.items()}
+    for path in paths[1:]:
+        path = Path(path)
+        state = model_state_dict(load_checkpoint(path), path)
+        if state.keys() != reference.keys():
+            missing = sorted(reference.keys() - state.keys())[:5]
+            extra = sorted(state.keys() - reference.keys())[:5]
+            raise CheckpointError(
+                f"{path}: weights differ from {first.name}: missing {missing}, extra {extra}"
+            )
+        for key, value in state.items():
+            if value.shape != reference[key].shape:
+                raise CheckpointError(
+                    f"{path}: '{key}' has shape {tuple(value.shape)}, "
+                    f"{first.name} has {tuple(reference[key].shape)}"
+                )
+            if value.is_floating_point():
+                sums[key] += value.to(sums[key].dtype)
+            elif not torch.equal(value, reference[key]):
+                raise CheckpointError(f"{path}: non-float tensor '{key}' differs from {first.name}")
+    n = len(paths)
+    return {
+        k: (sums[k] / n).to(dtypes[k]) if sums[k].is_floating_point() else sums[k]
+        for k in reference
+    }
+
+
+def _accumulator(value: torch.Tensor) -> torch.Tensor:
+    if not value.is_floating_point():
+        return value.clone()
+    dtype = torch.float64 if value.dtype == torch.float64 else torch.float32
+    return value.detach().to(dtype=dtype, copy=True)
+
+
+def save_model_file(
+    path: str | os.PathLike[str],
+    *,
+    model_config: Mapping[str, Any],
+    state_dict: Mapping[str, torch.Tensor],
+    vocab: Mapping[str, Any],
+    step: int,
+    source_checkpoints: Sequence[str],
+) -> None:
+    """Atomically write a ``transformer_nmt.model/1`` file (weights only, plain types)."""
+    payload = {
+        "format": MODEL_FILE_FORMAT,
+        "model_config": dict(model_config),
+        "state_dict": {k: v.detach().cpu().contiguous() for k, v in state_dict.items()},
+        "vocab": dict(vocab),
+        "step": int(step),
+        "source_checkpoints": [str(s) for s in source_checkpoints],
+    }
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+
+
+def load_model_file(path: str | os.PathLike[str]) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Load a model file (or a Lightning checkpoint) as ``(Transformer in eval mode, meta)``.
+
+    ``meta`` holds ``model_config``, ``vocab``, ``step`` and ``source_checkpoints``.
+    """
+    from transformer_nmt.errors import ConfigError
+    from transformer_nmt.model.config import ModelConfig
+    from transformer_nmt.model.transformer import Transformer
+
+    path = Path(path)
+    payload = load_checkpoint(path)
+    if "format" in payload and payload["format"] != MODEL_FILE_FORMAT:
+        raise CheckpointError(
+            f"{path}: unknown model file format {payload['format']!r} "
+            f"(expected {MODEL_FILE_FORMAT})"
+        )
+    state = model_state_dict(payload, path)
+    meta = checkpoint_meta(payload, path)
+    meta["source_checkpoints"] = list(payload.get("source_checkpoints") or [path.name])
+    try:
+        config = ModelConfig.from_dict(dict(meta["model_config"]))
+    except ConfigError as err:
+        raise CheckpointError(f"{path}: bad model_config: {err}") from err
+    vocab = meta["vocab"]
+    try:
+        model = Transformer(config, vocab_size=int(vocab["size"]), pad_id=int(vocab["pad_id"]))
+    except KeyError as err:
+        raise CheckpointError(f"{path}: vocab record lacks {err}") from err
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as err:
+        raise CheckpointError(f"{path}: weights do not fit the model config: {err}") from err
+    model.eval()
+    return model, meta

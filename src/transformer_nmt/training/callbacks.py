@@ -1,0 +1,156 @@
+"""Lightning callbacks and logger of a training run: step-named checkpoints (§6.1), per-step
+reseeding (resume-exact dropout), log lines for Snakemake log files, MLflow logging."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
+from lightning.pytorch.utilities import rank_zero_only
+
+if TYPE_CHECKING:
+    from transformer_nmt.tracking import StageRun
+    from transformer_nmt.training.trainer import TrainConfig
+
+log = logging.getLogger("transformer_nmt.training.trainer")
+
+
+class StepCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` keeping the newest ``keep`` files ``step=00001000.ckpt`` (monitor =
+    step, mode max), every N steps or T minutes, plus one at ``max_steps``; never on exception
+    (a NaN loss must not leave a checkpoint with NaN weights behind)."""
+
+    def __init__(self, dirpath: Path, cfg: TrainConfig) -> None:
+        every_steps = cfg.checkpoint_every_steps
+        super().__init__(
+            dirpath=dirpath,
+            filename="step={step:08d}",
+            auto_insert_metric_name=False,
+            monitor="step",
+            mode="max",
+            save_top_k=cfg.keep_checkpoints,
+            every_n_train_steps=every_steps,
+            train_time_interval=(
+                None if every_steps else timedelta(minutes=cfg.checkpoint_every_minutes)
+            ),
+            save_on_train_epoch_end=True,  # no epoch-end saves (every_n_epochs is 0) nor deferrals
+            save_on_exception=False,
+            enable_version_counter=False,
+        )
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if trainer.global_step >= trainer.max_steps and not self._should_skip_saving_checkpoint(
+            trainer
+        ):
+            self._save_topk_checkpoint(trainer, self._monitor_candidates(trainer))
+
+
+class StepSeed(Callback):
+    """Reseeds the RNGs before every micro-batch from (seed, rank, step, batch index).
+
+    Dropout masks are then a function of the training position alone, so a resumed run draws
+    the same masks as an uninterrupted one, and ranks draw different ones.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        key = [self.seed, trainer.global_rank, trainer.global_step, batch_idx]
+        torch.manual_seed(int(np.random.SeedSequence(key).generate_state(1)[0]))
+
+
+class LogLines(Callback):
+    """One log line per ``log_every_steps`` (step, loss, lr, tokens/s): readable in a Snakemake
+    log file, where a tqdm bar is not."""
+
+    def __init__(self, every: int, max_steps: int) -> None:
+        self.every, self.max_steps = every, max_steps
+        self._previous_step = 0
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._previous_step = trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        stepped, self._previous_step = step != self._previous_step, step
+        if not stepped or (step % self.every and step != self.max_steps):
+            return  # a micro-batch of an accumulation, or not a logging step
+        m = trainer.callback_metrics
+        parts = [f"step {step}/{self.max_steps}"]
+        for key, fmt in (
+            ("train/loss", "loss {:.4f}"),
+            ("train/ppl", "ppl {:.2f}"),
+            ("train/lr", "lr {:.3e}"),
+            ("train/grad_norm", "grad_norm {:.3f}"),
+            ("train/tgt_tokens_per_s", "tgt tok/s {:.0f}"),
+            ("val/loss", "val_loss {:.4f}"),
+        ):
+            if key in m:
+                parts.append(fmt.format(float(m[key])))
+        if trainer.is_global_zero:
+            log.info("  ".join(parts))
+
+
+class StageRunLogger(Logger):
+    """Lightning logger that writes metrics into the experiment's MLflow run through
+    ``tracking.StageRun`` (batched, retried on a locked store). Params are logged by the CLI."""
+
+    def __init__(self, run: StageRun) -> None:
+        super().__init__()
+        self._run = run
+
+    @property
+    def name(self) -> str:
+        return "mlflow"
+
+    @property
+    def version(self) -> str:
+        return self._run.run_id
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> StageRun:
+        return self._run
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        """Params go in through ``tracking.stage_run`` (prefixed by the stage)."""
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        values = {k: float(v) for k, v in metrics.items() if k != "epoch"}
+        if values:
+            # Lightning passes the number of updates done *before* the current one (0-based,
+            # also for validation inside it); MLflow gets the update count after it, so that
+            # the loss of update k and the validation after it are logged at step k.
+            self._run.log_metrics(values, step=None if step is None else step + 1)
+
+
+class BatchTrace(Callback):
+    """Debug/test aid: appends each training batch's example indices, with rank, epoch and
+    step, to ``<directory>/rank<R>.jsonl`` (enabled by the train CLI's trace variable)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        import json
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        record = {
+            "rank": trainer.global_rank,
+            "epoch": trainer.current_epoch,
+            "step": trainer.global_step,
+            "batch_idx": batch_idx,
+            "index": batch["index"].tolist(),
+        }
+        with open(self.directory / f"rank{trainer.global_rank}.jsonl", "a") as handle:
+            handle.write(json.dumps(record) + "\n")

@@ -1,0 +1,211 @@
+"""``TranslationModule``: the LightningModule of §5 around the §3 ``Transformer``.
+
+It owns the label-smoothed loss (§5.4), Adam with the per-update learning-rate schedule (§5.3)
+and the logging: smoothed training loss per target token, NLL and perplexity, learning rate,
+gradient norm (before clipping), source/target tokens per second, validation loss/perplexity
+and optional greedy validation BLEU on the first ``val_bleu_sentences`` validation sentences.
+
+Its hyper-parameters are plain types (dicts of numbers and strings), so Lightning checkpoints
+load with ``torch.load(..., weights_only=True)``. The Transformer is ``self.model``; checkpoint
+weights are therefore ``model.*`` (``checkpoints.MODEL_PREFIX``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import lightning as L
+import torch
+
+from transformer_nmt.errors import UserFacingError
+from transformer_nmt.model.config import ModelConfig
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.training.objective import (
+    build_optimizer,
+    build_scheduler,
+    label_smoothed_cross_entropy,
+)
+from transformer_nmt.training.trainer import TrainConfig, resolve_precision
+
+
+class NonFiniteLossError(UserFacingError):
+    """The training loss or gradient norm became NaN/inf: the run stops, keeping the last good
+    checkpoint (nothing is saved after the bad value appears)."""
+
+
+class TranslationModule(L.LightningModule):
+    """Trains a ``Transformer`` on batches ``dict(src, tgt_in, tgt_out, index)``."""
+
+    def __init__(
+        self,
+        model_config: dict[str, Any],
+        vocab: dict[str, Any],
+        train_config: dict[str, Any],
+        spm_model: str | None = None,
+        valid_split: str = "valid",
+    ) -> None:
+        super().__init__()
+        # Plain types only: they go into every checkpoint (weights_only loading).
+        self.save_hyperparameters()
+        self.cfg = ModelConfig.from_dict(dict(model_config))
+        self.train_cfg = TrainConfig.from_dict(train_config)
+        self.pad_id = int(vocab["pad_id"])
+        self.bos_id, self.eos_id = int(vocab["bos_id"]), int(vocab["eos_id"])
+        self.model = Transformer(self.cfg, vocab_size=int(vocab["size"]), pad_id=self.pad_id)
+        # §5.4 label smoothing eps_ls is part of the model config (Table 3 row D varies it).
+        self.eps_ls = self.cfg.eps_ls
+        # With fp16 mixed precision the GradScaler skips steps with inf gradients by design.
+        self._check_grad_finite = resolve_precision(self.train_cfg) != "16-mixed"
+        self._reset_meters()
+        self.train_tokens = {"src": 0, "tgt": 0}
+        self.train_seconds = 0.0
+        self.last_metrics: dict[str, float] = {}
+
+    # --- forward and loss ----------------------------------------------------------------------
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        return self.model(src, tgt_in)  # [B, T, V]
+
+    def _loss(self, batch: dict[str, torch.Tensor]):
+        logits = self.model(batch["src"], batch["tgt_in"])  # [B, T, V]
+        return label_smoothed_cross_entropy(
+            logits, batch["tgt_out"], eps=self.eps_ls, pad_id=self.pad_id
+        )
+
+    # --- training ------------------------------------------------------------------------------
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        out = self._loss(batch)
+        ntokens = out.ntokens.clamp(min=1)
+        loss = out.loss / ntokens  # smoothed loss per target token (§5.4)
+        # Check before backward: a NaN must never reach the weights (or a checkpoint).
+        if not bool(torch.isfinite(loss)):
+            raise NonFiniteLossError(
+                f"non-finite training loss ({float(loss.detach())}) at step {self.global_step + 1} "
+                f"(batch examples {batch['index'][:8].tolist()}...); stopping without saving. "
+                "Lower train.lr_scale or set train.clip_grad_norm, then resume from the last "
+                "good checkpoint"
+            )
+        nll = out.nll.detach() / ntokens
+        self.log("train/loss", loss.detach(), on_step=True, prog_bar=True)
+        self.log("train/nll", nll, on_step=True)
+        self.log("train/ppl", torch.exp(nll.clamp(max=50.0)), on_step=True)
+        self.log("train/lr", self._current_lr(), on_step=True, prog_bar=True)
+        self._window_tokens["tgt"] += int(out.ntokens)
+        self._window_tokens["src"] += int((batch["src"] != self.pad_id).sum())
+        self.last_metrics["train/loss"] = float(loss.detach())
+        self.last_metrics["train/nll"] = float(nll)
+        return loss
+
+    def _current_lr(self) -> float:
+        """The learning rate the coming optimizer update uses (§5.3 schedule)."""
+        scheduler = self.lr_schedulers()
+        return float(scheduler.get_last_lr()[0]) if scheduler is not None else math.nan
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # Called before gradient clipping (and after unscaling with AMP).
+        grads = [p.grad.detach() for p in self.parameters() if p.grad is not None]
+        if not grads:
+            return
+        norm = torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
+        )
+        if self._check_grad_finite and not bool(torch.isfinite(norm)):
+            raise NonFiniteLossError(
+                f"non-finite gradient norm ({float(norm)}) at step {self.global_step + 1}; "
+                "stopping before the optimizer step. Lower train.lr_scale or set "
+                "train.clip_grad_norm, then resume from the last good checkpoint"
+            )
+        self.log("train/grad_norm", norm, on_step=True)
+
+    def on_train_start(self) -> None:
+        self._reset_meters()
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # Throughput over the last ``log_every_steps`` updates (all devices: the local rate
+        # times the world size; batches are balanced by max_tokens).
+        step = self.global_step
+        if step == self._window_step or step % self.train_cfg.log_every_steps:
+            return
+        now = time.perf_counter()
+        seconds = max(now - self._window_start, 1e-9)
+        world = self.trainer.world_size
+        rates = {f"{side}": self._window_tokens[side] * world / seconds for side in ("src", "tgt")}
+        for side in ("src", "tgt"):
+            self.train_tokens[side] += self._window_tokens[side] * world
+        self.train_seconds += seconds
+        self.log("train/tgt_tokens_per_s", rates["tgt"], on_step=True)
+        self.log("train/src_tokens_per_s", rates["src"], on_step=True)
+        self.last_metrics["train/tgt_tokens_per_s"] = rates["tgt"]
+        self._window_start, self._window_step = now, step
+        self._window_tokens = {"src": 0, "tgt": 0}
+
+    def _reset_meters(self) -> None:
+        self._window_start = time.perf_counter()
+        self._window_step = -1
+        self._window_tokens = {"src": 0, "tgt": 0}
+
+    # --- validation ----------------------------------------------------------------------------
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        out = self._loss(batch)
+        self._val_sums += torch.stack([out.loss, out.nll, out.ntokens.to(out.loss)]).double()
+
+    def on_validation_epoch_end(self) -> None:
+        sums = self.trainer.strategy.reduce(self._val_sums, reduce_op="sum")
+        ntokens = float(sums[2].clamp(min=1))
+        loss, nll = float(sums[0]) / ntokens, float(sums[1]) / ntokens
+        metrics = {"val/loss": loss, "val/nll": nll, "val/ppl": math.exp(min(nll, 50.0))}
+        if self.train_cfg.val_bleu_sentences > 0:
+            bleu = self._validation_bleu() if self.trainer.is_global_zero else 0.0
+            metrics["val/bleu"] = float(self.trainer.strategy.broadcast(bleu, src=0))
+        for key, value in metrics.items():
+            self.log(key, value, on_epoch=True, prog_bar=key == "val/loss", sync_dist=False)
+        self.last_metrics.update(metrics)
+
+    @torch.no_grad()
+    def _validation_bleu(self) -> float:
+        """Detokenized sacreBLEU of greedy translations of the first validation sentences."""
+        import sacrebleu
+        import sentencepiece as spm
+
+        from transformer_nmt.data.datamodule import source_batch
+        from transformer_nmt.search import greedy_search
+
+        if not self.hparams.spm_model:
+            return math.nan
+        sp = spm.SentencePieceProcessor(model_file=str(self.hparams.spm_model))
+        data = self.trainer.datamodule.dataset(self.hparams.valid_split)
+        n = min(self.train_cfg.val_bleu_sentences, len(data))
+        hyps: list[str] = []
+        refs: list[str] = []
+        for start in range(0, n, 64):
+            ids = range(start, min(start + 64, n))
+            src = source_batch([data.src[i] for i in ids]).to(self.device)
+            out = greedy_search(
+                self.model, src, bos_id=self.bos_id, eos_id=self.eos_id, pad_id=self.pad_id
+            )
+            hyps.extend(sp.decode(list(map(int, tokens))) for tokens in out)
+            refs.extend(sp.decode(data.tgt[i].astype(int).tolist()) for i in ids)
+        return float(sacrebleu.corpus_bleu(hyps, [refs]).score)
+
+    # --- optimisation (§5.3) -------------------------------------------------------------------
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        cfg = self.train_cfg
+        optimizer = build_optimizer(
+            self.parameters(), betas=tuple(cfg.adam_betas), eps=cfg.adam_eps
+        )
+        scheduler = build_scheduler(
+            optimizer, d_model=self.cfg.d_model, warmup=cfg.warmup, scale=cfg.lr_scale
+        )
+        # "step": the schedule advances once per optimizer update, not per epoch.
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+        }

@@ -1,0 +1,365 @@
+"""Training: TrainConfig, resume (step, LR, data position, weights), NaN stop, corrupt checkpoint,
+2-process DDP (disjoint batches, one set of checkpoints). Tiny models, few steps, CPU."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from transformer_nmt.checkpoints import list_checkpoints, load_checkpoint
+from transformer_nmt.cli import main
+from transformer_nmt.data.sampler import TokenBatchSampler
+from transformer_nmt.data.token_array import TokenArray, write_token_array
+from transformer_nmt.errors import ConfigError
+from transformer_nmt.training.objective import paper_lr
+from transformer_nmt.training.trainer import (
+    TrainConfig,
+    accumulation,
+    resolve_precision,
+    resolve_strategy,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+VOCAB = 64
+MODEL = {
+    "preset": "tiny",
+    "overrides": {"N": 1, "d_model": 32, "d_ff": 64, "h": 2, "d_k": 16, "d_v": 16},
+}
+BASE_TRAIN = {
+    "max_tokens": 64,
+    "tokens_per_update": 64,
+    "warmup": 10,
+    "accelerator": "cpu",
+    "devices": 1,
+    "checkpoint_every_steps": 5,
+    "keep_checkpoints": 3,
+    "val_every_steps": 10,
+    "log_every_steps": 5,
+    "seed": 3,
+}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A SentencePiece model with the fixed special ids and a reversal task as token arrays."""
+    import sentencepiece as spm
+
+    root = tmp_path_factory.mktemp("corpus")
+    rng = np.random.default_rng(0)
+    text = root / "text.txt"
+    words = ["".join(rng.choice(list("abcdefgh"), size=rng.integers(2, 6))) for _ in range(400)]
+    text.write_text("\n".join(" ".join(words[i : i + 8]) for i in range(0, 400, 8)) + "\n")
+    spm.SentencePieceTrainer.train(
+        input=str(text),
+        model_prefix=str(root / "spm"),
+        vocab_size=VOCAB,
+        model_type="bpe",
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        minloglevel=2,
+    )
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    for split, n in (("train", 120), ("valid", 16)):
+        src = [rng.integers(4, VOCAB, size=rng.integers(3, 9)).tolist() for _ in range(n)]
+        write_token_array(bin_dir / f"{split}.en", src, VOCAB)
+        write_token_array(bin_dir / f"{split}.de", [s[::-1] for s in src], VOCAB)
+    return {"spm": root / "spm.model", "bin": bin_dir}
+
+
+def train_argv(corpus: dict[str, Path], run_dir: Path, **train: object) -> list[str]:
+    cfg = {**BASE_TRAIN, **train}
+    return [
+        "train",
+        "--bin-dir",
+        str(corpus["bin"]),
+        "--spm-model",
+        str(corpus["spm"]),
+        "--src",
+        "en",
+        "--tgt",
+        "de",
+        "--run-dir",
+        str(run_dir),
+        "--model",
+        json.dumps(MODEL),
+        "--train",
+        json.dumps(cfg),
+    ]
+
+
+def read_trace(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# --- TrainConfig -------------------------------------------------------------------------------
+
+
+def test_train_config_unknown_key_is_named() -> None:
+    with pytest.raises(ConfigError, match="max_step"):
+        TrainConfig.from_dict({"max_step": 10})
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("max_steps", 0),
+        ("devices", 0),
+        ("precision", "fp8"),
+        ("adam_betas", [0.9]),
+        ("clip_grad_norm", -1.0),
+        ("checkpoint_every_steps", 0),
+        ("lr_scale", True),
+    ],
+)
+def test_train_config_bad_value_names_the_key(key: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=key):
+        TrainConfig.from_dict({key: value})
+
+
+def test_train_config_round_trips_and_defaults_follow_the_paper() -> None:
+    cfg = TrainConfig()
+    assert (cfg.max_steps, cfg.warmup, cfg.adam_betas, cfg.adam_eps) == (
+        100_000,
+        4000,
+        (0.9, 0.98),
+        1e-9,
+    )
+    assert cfg.checkpoint_every_minutes == 10.0 and cfg.clip_grad_norm is None
+    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+
+
+def test_gradient_accumulation_reaches_tokens_per_update() -> None:
+    # §5.1: ~25k target tokens per step from max_tokens x GPUs x accumulation.
+    one_gpu = TrainConfig(max_tokens=4096, tokens_per_update=25_000, devices=1)
+    eight_gpus = TrainConfig(max_tokens=4096, tokens_per_update=25_000, devices=8)
+    two_nodes = TrainConfig(max_tokens=3125, tokens_per_update=25_000, devices=4, num_nodes=2)
+    assert accumulation(one_gpu) == 7  # 7 x 4096 = 28,672 >= 25,000 > 6 x 4096
+    assert accumulation(eight_gpus) == 1
+    assert accumulation(two_nodes) == 1
+
+
+def test_cpu_resolution_is_fp32_and_ddp_with_two_processes() -> None:
+    from lightning.pytorch.strategies import DDPStrategy
+
+    cpu = TrainConfig(accelerator="cpu")
+    assert resolve_precision(cpu) == "32-true"
+    assert resolve_strategy(cpu) == "auto"
+    ddp = resolve_strategy(TrainConfig(accelerator="cpu", devices=2))
+    assert isinstance(ddp, DDPStrategy) and ddp._process_group_backend == "gloo"
+
+
+def test_cli_unknown_train_or_model_key_is_a_clear_error(
+    corpus: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = train_argv(corpus, tmp_path / "run", max_steps=2, warmpu=3)
+    assert main(argv) == 2
+    assert "warmpu" in capsys.readouterr().err
+    argv = train_argv(corpus, tmp_path / "run", max_steps=2)
+    argv[argv.index("--model") + 1] = json.dumps({"preset": "tiny", "overrides": {"dmodel": 8}})
+    assert main(argv) == 2
+    assert "dmodel" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+# --- training, resume ---------------------------------------------------------------------------
+
+
+def test_resume_continues_step_lr_data_and_weights(
+    corpus: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Train 20 steps, then run again with max_steps=40: identical to 40 steps in one go."""
+    caplog.set_level(logging.INFO)
+    # Resuming at step 20 must be mid-epoch, so that the data position matters.
+    train_src = TokenArray(corpus["bin"] / "train.en")
+    train_tgt = TokenArray(corpus["bin"] / "train.de")
+    per_epoch = len(
+        TokenBatchSampler(train_src.lengths, train_tgt.lengths, max_tokens=64, shuffle=True)
+    )
+    assert 20 % per_epoch != 0 and per_epoch < 40
+
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    monkeypatch.setenv("TRANSFORMER_NMT_TRACE_BATCHES", str(whole / "trace"))
+    assert main(train_argv(corpus, whole, max_steps=40)) == 0
+    monkeypatch.setenv("TRANSFORMER_NMT_TRACE_BATCHES", str(split / "trace"))
+    assert main(train_argv(corpus, split, max_steps=20)) == 0
+    first = json.loads((split / "train_summary.json").read_text())
+    assert first["final_step"] == 20 and first["resumed_from"] is None
+    caplog.clear()
+    assert main(train_argv(corpus, split, max_steps=40)) == 0
+    assert "resuming from" in caplog.text and "step=00000020.ckpt at step 20" in caplog.text
+
+    summary = json.loads((split / "train_summary.json").read_text())
+    assert summary["final_step"] == 40 and summary["resumed_from"] == "step=00000020.ckpt"
+    # keep_checkpoints=3: the newest three, every 5 steps, the resumed-from file pruned too.
+    expected = ["step=00000030.ckpt", "step=00000035.ckpt", "step=00000040.ckpt"]
+    assert [p.name for p in list_checkpoints(split / "checkpoints")] == expected
+    assert summary["checkpoints"] == expected
+    assert math.isfinite(summary["metrics"]["train/loss"])
+    assert math.isfinite(summary["metrics"]["val/loss"])
+
+    a = load_checkpoint(whole / "checkpoints" / "step=00000040.ckpt")
+    b = load_checkpoint(split / "checkpoints" / "step=00000040.ckpt")
+    assert a["global_step"] == b["global_step"] == 40
+    # The schedule continued: the next update would use paper_lr(41).
+    lr_next = paper_lr(41, 32, warmup=10)
+    for ckpt in (a, b):
+        assert ckpt["lr_schedulers"][0]["last_epoch"] == 40
+        assert ckpt["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(lr_next)
+        assert ckpt["optimizer_states"][0]["state"][0]["step"] == 40
+    # Same batches in the same order, across the resume point (mid-epoch).
+    trace_a = [(r["epoch"], r["index"]) for r in read_trace(whole / "trace" / "rank0.jsonl")]
+    trace_b = [(r["epoch"], r["index"]) for r in read_trace(split / "trace" / "rank0.jsonl")]
+    assert len(trace_a) == len(trace_b) == 40
+    assert trace_b == trace_a
+    # Same final weights (dropout is reseeded per step, so it matches too).
+    for key, value in a["state_dict"].items():
+        torch.testing.assert_close(b["state_dict"][key], value, rtol=1e-5, atol=1e-6)
+
+    # A third run at max_steps only rewrites the summary; it never trains or saves again.
+    mtime = (split / "checkpoints" / "step=00000040.ckpt").stat().st_mtime_ns
+    assert main(train_argv(corpus, split, max_steps=40)) == 0
+    assert (split / "checkpoints" / "step=00000040.ckpt").stat().st_mtime_ns == mtime
+    again = json.loads((split / "train_summary.json").read_text())
+    assert again["final_step"] == 40 and again["trained_this_job"] is False
+    # Lowering max_steps below the newest checkpoint is refused, not an overwrite.
+    assert main(train_argv(corpus, split, max_steps=30)) == 2
+
+
+def test_checkpoints_load_weights_only_with_plain_hparams(
+    corpus: dict[str, Path], tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    assert main(train_argv(corpus, run, max_steps=5, tokens_per_update=128)) == 0
+    (only,) = list_checkpoints(run / "checkpoints")
+    ckpt = torch.load(only, map_location="cpu", weights_only=True)
+    assert ckpt["global_step"] == 5
+    hp = ckpt["hyper_parameters"]
+    assert hp["model_config"]["d_model"] == 32 and hp["vocab"]["size"] == VOCAB
+    assert hp["train_config"]["tokens_per_update"] == 128
+    summary = json.loads((run / "train_summary.json").read_text())
+    assert summary["accumulate_grad_batches"] == 2  # 128 / 64 tokens per micro-batch
+    assert all(k.startswith("model.") for k in ckpt["state_dict"])
+
+
+def test_corrupt_newest_checkpoint_is_named_and_not_skipped(
+    corpus: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    assert main(train_argv(corpus, run, max_steps=5)) == 0
+    bad = run / "checkpoints" / "step=00000010.ckpt"
+    bad.write_bytes(b"PK\x03\x04 truncated")
+    capsys.readouterr()
+    assert main(train_argv(corpus, run, max_steps=15)) == 2
+    err = capsys.readouterr().err
+    assert "step=00000010.ckpt" in err and "cannot be read" in err
+    assert [p.name for p in list_checkpoints(run / "checkpoints")] == [
+        "step=00000005.ckpt",
+        "step=00000010.ckpt",
+    ]
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(
+    corpus: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from transformer_nmt.training.module import TranslationModule
+
+    original = TranslationModule._loss
+
+    def poisoned(self, batch):
+        out = original(self, batch)
+        if self.global_step >= 12:  # the 13th update sees a NaN loss
+            out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(TranslationModule, "_loss", poisoned)
+    run = tmp_path / "run"
+    assert main(train_argv(corpus, run, max_steps=20)) == 2
+    err = capsys.readouterr().err
+    assert "non-finite training loss" in err and "at step 13" in err
+    assert "last good checkpoint: step=00000010.ckpt" in err
+    kept = list_checkpoints(run / "checkpoints")
+    assert [p.name for p in kept] == ["step=00000005.ckpt", "step=00000010.ckpt"]
+    for value in load_checkpoint(kept[-1])["state_dict"].values():
+        assert torch.isfinite(value).all()
+    assert not (run / "train_summary.json").exists()
+
+
+def test_mlflow_tracking_of_a_training_run(
+    corpus: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    argv = train_argv(corpus, tmp_path / "run", max_steps=10)
+    argv += ["--mlflow-experiment", "toy_en-de", "--mlflow-run", "tiny"]
+    assert main(argv) == 0
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("toy_en-de")
+    (run,) = client.search_runs([exp.experiment_id])
+    params = run.data.params
+    assert params["train.max_steps"] == "10" and params["train.model.d_model"] == "32"
+    assert (
+        run.data.tags["data.spm_sha256"]
+        == json.loads((tmp_path / "run" / "train_summary.json").read_text())["vocab"]["sha256"]
+    )
+    losses = client.get_metric_history(run.info.run_id, "train/loss")
+    assert sorted(m.step for m in losses) == [5, 10]
+    assert all(math.isfinite(m.value) for m in losses)
+    assert client.get_metric_history(run.info.run_id, "val/loss")
+    assert client.get_metric_history(run.info.run_id, "train/lr")
+    assert client.get_metric_history(run.info.run_id, "train/grad_norm")
+    assert client.get_metric_history(run.info.run_id, "train/tgt_tokens_per_s")
+    artifacts = {f.path for f in client.list_artifacts(run.info.run_id)}
+    assert {"data", "train_summary.json"} <= artifacts
+
+
+# --- distributed -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_process_ddp_disjoint_batches_and_single_checkpoints(
+    corpus: dict[str, Path], tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    env = {**os.environ, "TRANSFORMER_NMT_TRACE_BATCHES": str(run / "trace")}
+    env["PYTHONPATH"] = str(REPO_ROOT / "src")
+    argv = train_argv(corpus, run, max_steps=6, devices=2, checkpoint_every_steps=3)
+    proc = subprocess.run(
+        [sys.executable, "-m", "transformer_nmt", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rank0 = read_trace(run / "trace" / "rank0.jsonl")
+    rank1 = read_trace(run / "trace" / "rank1.jsonl")
+    assert len(rank0) == len(rank1) == 6
+    seen0 = {i for r in rank0 for i in r["index"]}
+    seen1 = {i for r in rank1 for i in r["index"]}
+    # 6 of each rank's ~9 batches of epoch 0: no padding repeats, so fully disjoint.
+    assert seen0 and seen1 and not seen0 & seen1
+    # Checkpoints written once (rank 0), no per-rank duplicates such as step=...-v1.ckpt.
+    files = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert files == ["step=00000003.ckpt", "step=00000006.ckpt"]
+    summary = json.loads((run / "train_summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["final_step"] == 6
