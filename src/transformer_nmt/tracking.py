@@ -22,7 +22,7 @@ Decisions documented here because they are not MLflow's defaults:
 * **Concurrency.** Several Snakemake jobs may share one SQLite store. Every MLflow call is
   retried with exponential backoff when the database reports a lock, and the store creation
   (schema migration of a fresh database), experiment creation and run find-or-create happen
-  under an exclusive ``fcntl`` file lock (``<db>.lock`` next to a SQLite file; a per-URI lock
+  under an exclusive ``fcntl`` file lock (``mlruns/.<db>.lock`` beside a SQLite file; a per-URI lock
   file in the temp dir for other stores, which serialises jobs of one host).
 * **Artifacts** of a SQLite store go to ``<db dir>/mlruns/`` (fixed at experiment creation), so
   jobs started from different working directories share them.
@@ -159,8 +159,8 @@ def _sqlite_path(uri: str) -> Path | None:
 
 def _lock_path(uri: str) -> Path:
     db = _sqlite_path(uri)
-    if db is not None:
-        return db.with_name(db.name + ".lock")
+    if db is not None:  # beside the artifacts (git-ignored mlruns/), not a stray file
+        return db.parent / "mlruns" / f".{db.name}.lock"
     digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"transformer_nmt-mlflow-{digest}.lock"
 
