@@ -93,3 +93,15 @@ def test_corrupt_offsets_are_a_data_error(tmp_path):
     array_paths(prefix)[0].unlink()
     with pytest.raises(DataError, match=r"x\.tokens\.npy: token array file not found"):
         TokenArray(prefix)
+
+
+def test_gather_equals_per_sentence_reads(tmp_path):
+    rng = np.random.default_rng(1)
+    sents = [rng.integers(0, 500, size=rng.integers(0, 12)).tolist() for _ in range(100)]
+    arr = write_token_array(tmp_path / "g", sents, vocab_size=500)
+    idx = rng.integers(0, 100, size=40)
+    flat, lengths = arr.gather(idx)
+    assert lengths.tolist() == [len(sents[i]) for i in idx]
+    assert flat.tolist() == [t for i in idx for t in sents[i]]
+    empty_flat, empty_lengths = arr.gather([])
+    assert len(empty_flat) == 0 and len(empty_lengths) == 0

@@ -204,3 +204,9 @@ def test_datamodule_takes_rank_share_from_its_trainer(bin_dir):
     padding = len(shares[0]) * 2 - n  # 0 or 1 repeated batch
     assert set(flat) == set(range(300))
     assert len(flat) - 300 == sum(len(b) for b in shares[1][-1:]) * padding
+
+
+def test_collate_handles_empty_sentences():
+    batch = collate_pairs([np.array([], dtype=np.uint16)], [np.array([7])], [0])
+    assert batch["src"].tolist() == [[EOS_ID]]
+    assert batch["tgt_in"].tolist() == [[BOS_ID, 7]]

@@ -33,22 +33,32 @@ from transformer_nmt.errors import DataError
 log = logging.getLogger(__name__)
 
 
+def pad_flat(
+    flat: np.ndarray, lengths: np.ndarray, *, prefix: int | None = None, suffix: int | None = None
+) -> torch.Tensor:
+    """[B, L] long tensor of rows ``prefix + seq + suffix``, right-padded with PAD_ID, where the
+    B sequences are given concatenated (``flat``) with their ``lengths``."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    start = 1 if prefix is not None else 0
+    width = int(lengths.max(initial=0)) + start + (suffix is not None)
+    out = np.full((len(lengths), width), PAD_ID, dtype=np.int64)
+    cols = np.arange(width)
+    # row-major boolean assignment fills row 0, then row 1, ...: the order of ``flat``
+    out[(cols >= start) & (cols < start + lengths[:, None])] = flat
+    if prefix is not None:
+        out[:, 0] = prefix
+    if suffix is not None:
+        out[np.arange(len(lengths)), start + lengths] = suffix
+    return torch.from_numpy(out)
+
+
 def pad_sequences(
     seqs: Sequence[np.ndarray], *, prefix: int | None = None, suffix: int | None = None
 ) -> torch.Tensor:
     """[B, L] long tensor of ``prefix + seq + suffix`` rows, right-padded with PAD_ID."""
-    extra = (prefix is not None) + (suffix is not None)
-    width = max((len(s) for s in seqs), default=0) + extra
-    out = torch.full((len(seqs), width), PAD_ID, dtype=torch.long)
-    start = 1 if prefix is not None else 0
-    if prefix is not None:
-        out[:, 0] = prefix
-    for row, seq in enumerate(seqs):
-        n = len(seq)
-        out[row, start : start + n] = torch.from_numpy(np.asarray(seq, dtype=np.int64))
-        if suffix is not None:
-            out[row, start + n] = suffix
-    return out
+    lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+    flat = np.concatenate([np.asarray(s, dtype=np.int64) for s in seqs]) if seqs else []
+    return pad_flat(np.asarray(flat, dtype=np.int64), lengths, prefix=prefix, suffix=suffix)
 
 
 def source_batch(seqs: Sequence[np.ndarray]) -> torch.Tensor:
@@ -83,9 +93,14 @@ class PairDataset(Dataset):
         return len(self.src)
 
     def __getitem__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        return collate_pairs(
-            [self.src[i] for i in indices], [self.tgt[i] for i in indices], indices
-        )
+        src, src_len = self.src.gather(indices)
+        tgt, tgt_len = self.tgt.gather(indices)
+        return {
+            "src": pad_flat(src, src_len, suffix=EOS_ID),
+            "tgt_in": pad_flat(tgt, tgt_len, prefix=BOS_ID),
+            "tgt_out": pad_flat(tgt, tgt_len, suffix=EOS_ID),
+            "index": torch.as_tensor(np.asarray(indices, dtype=np.int64)),
+        }
 
 
 class TranslationDataModule(L.LightningDataModule):

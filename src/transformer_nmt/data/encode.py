@@ -46,7 +46,7 @@ def _encode_chunk(job: tuple[str, int, list[bytes], str]) -> tuple[np.ndarray, n
         except UnicodeDecodeError as err:
             raise DataError(f"{path}: line {n}: invalid UTF-8 (byte {err.start + 1})") from err
     assert _processor is not None, "worker not initialised"
-    ids = _processor.encode(texts, out_type=int)
+    ids = _processor.encode(texts, out_type=int, num_threads=1)  # parallel by processes
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
     flat = np.fromiter(chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum()))
     return flat, lengths

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -84,6 +84,16 @@ class TokenArray:
             raise IndexError(f"sentence {i} out of range for {len(self)} sentences")
         i %= len(self)
         return np.asarray(self.tokens[self.offsets[i] : self.offsets[i + 1]])
+
+    def gather(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sentences ``indices`` concatenated (flat ids) and their lengths, in one vectorised
+        read of the memory map (the batch loader's hot path)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        lengths = self.lengths[idx]
+        ends = np.cumsum(lengths)  # end of each sentence in the gathered output
+        # output position p of row r reads tokens[starts[r] + p - (ends[r] - lengths[r])]
+        shift = np.repeat(self.offsets[idx] - (ends - lengths), lengths)
+        return self.tokens[shift + np.arange(int(ends[-1]) if len(ends) else 0)], lengths
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for i in range(len(self)):
