@@ -1,0 +1,208 @@
+"""Translating text with a trained model: SentencePiece in, §6.1 beam search, SentencePiece out.
+
+Sentences are batched by tokens (sorted by length so that a batch holds similar lengths and
+little padding, each batch at most ``max_tokens`` source tokens counting padding), searched with
+``search.beam_search`` and returned in input order. Empty input lines give empty output lines
+without running the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+import torch
+
+from transformer_nmt.checkpoints import load_model_file
+from transformer_nmt.data.datamodule import source_batch
+from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, load_vocab_info
+from transformer_nmt.errors import CheckpointError, ConfigError
+from transformer_nmt.search import Hypothesis, beam_search
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """§6.1: beam 4, length penalty α = 0.6, output length at most input length + 50."""
+
+    beam: int = 4
+    alpha: float = 0.6
+    max_len_b: int = 50
+    nbest: int = 1
+    max_tokens: int = 4096  # source tokens per batch, counting padding and the EOS
+
+    def __post_init__(self) -> None:
+        if self.beam < 1:
+            raise ConfigError(f"--beam must be >= 1, got {self.beam}")
+        if not 1 <= self.nbest <= self.beam:
+            raise ConfigError(f"--nbest must be between 1 and --beam={self.beam}, got {self.nbest}")
+        if self.alpha < 0:
+            raise ConfigError(f"--alpha must be >= 0, got {self.alpha}")
+        if self.max_len_b < 0:
+            raise ConfigError(f"--max-len-b must be >= 0, got {self.max_len_b}")
+        if self.max_tokens < 1:
+            raise ConfigError(f"--max-tokens must be >= 1, got {self.max_tokens}")
+
+
+def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Group sentence indices into batches of similar length with at most ``max_tokens`` tokens.
+
+    A batch of n sentences whose longest has L tokens costs n * (L + 1) (the encoder input is
+    ``x EOS``, padded to the longest). Sorting by length (longest first, stable) keeps padding
+    small. A sentence longer than ``max_tokens`` gets a batch of its own.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        width = max(longest, lengths[i] + 1)
+        if current and (len(current) + 1) * width > max_tokens:
+            batches.append(current)
+            current, width = [], lengths[i] + 1
+        current.append(i)
+        longest = width
+    if current:
+        batches.append(current)
+    return batches
+
+
+class Translator:
+    """A model file and its SentencePiece model, ready to translate lines of text."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        spm_model_path: str | Path,
+        settings: SearchSettings,
+        device: str = "auto",
+    ) -> None:
+        import sentencepiece as spm
+
+        self.settings = settings
+        self.device = torch.device(_resolve_device(device))
+        self.model, self.meta = load_model_file(model_path)
+        vocab = load_vocab_info(spm_model_path)
+        recorded = self.meta["vocab"].get("sha256")
+        if recorded != vocab.sha256:
+            # A model decoded with another vocabulary produces fluent-looking garbage.
+            raise CheckpointError(
+                f"{model_path}: trained with the vocabulary sha256 {recorded}, but "
+                f"{spm_model_path} has sha256 {vocab.sha256}"
+            )
+        self.model.to(self.device)
+        self.sp = spm.SentencePieceProcessor(model_file=str(spm_model_path))
+        config = self.meta["model_config"]
+        # Learned positions (Table 3 row E) cover max_positions; sinusoids cover any length.
+        self.max_src_tokens: int | None = None
+        if config.get("positional") == "learned":
+            self.max_src_tokens = int(config["max_positions"]) - settings.max_len_b - 2
+            if self.max_src_tokens < 1:
+                raise ConfigError(
+                    f"--max-len-b {settings.max_len_b} leaves no room for the source within "
+                    f"the model's max_positions={config['max_positions']}"
+                )
+        self.truncated = 0
+
+    def encode(self, line: str) -> np.ndarray:
+        ids = self.sp.encode(line, out_type=int)
+        if self.max_src_tokens is not None and len(ids) > self.max_src_tokens:
+            self.truncated += 1
+            ids = ids[: self.max_src_tokens]
+        return np.asarray(ids, dtype=np.int64)
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return self.sp.decode(list(tokens))
+
+    @torch.inference_mode()
+    def search(self, sources: Sequence[np.ndarray]) -> list[list[Hypothesis]]:
+        """Beam search one batch of encoded sentences (in the given order)."""
+        src = source_batch(sources).to(self.device)  # [B, S] = x EOS, padded
+        s = self.settings
+        return beam_search(
+            self.model, src, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID, beam_size=s.beam,
+            alpha=s.alpha, max_len_b=s.max_len_b, nbest=s.nbest,
+        )  # fmt: skip
+
+    def translate(
+        self, lines: Sequence[str], progress: Callable[[int], None] | None = None
+    ) -> list[list[tuple[str, float]]]:
+        """Translate ``lines``; returns per line its n-best (text, score), best first.
+
+        ``progress(n)`` is called after each batch with the number of sentences it held.
+        """
+        encoded = [self.encode(line) if line.strip() else None for line in lines]
+        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
+        todo = [i for i, ids in enumerate(encoded) if ids is not None]
+        lengths = [len(encoded[i]) for i in todo]
+        for batch in token_batches(lengths, self.settings.max_tokens):
+            indices = [todo[j] for j in batch]
+            hyps = self.search([encoded[i] for i in indices])
+            for i, nbest in zip(indices, hyps, strict=True):
+                results[i] = [(self.decode(h.tokens), float(h.score)) for h in nbest]
+            if progress is not None:
+                progress(len(indices))
+        if progress is not None and len(todo) < len(lines):
+            progress(len(lines) - len(todo))
+        return results
+
+
+def _resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+class Progress:
+    """A tqdm bar when ``stream`` is a terminal; otherwise (log files) a log line every ~10%."""
+
+    def __init__(self, total: int, desc: str, stream: TextIO = sys.stderr) -> None:
+        from tqdm import tqdm
+
+        self.total, self.desc, self.done = total, desc, 0
+        self.started = time.monotonic()
+        self.next_report = 0.1  # fraction of the total at which the next log line is due
+        self.bar = (
+            tqdm(total=total, desc=desc, unit="sent", file=stream) if _isatty(stream) else None
+        )
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        elif self.total and self.done / self.total >= self.next_report:
+            rate = self.done / max(time.monotonic() - self.started, 1e-9)
+            log.info(
+                "%s: %d/%d sentences (%.0f%%), %.1f sentences/s",
+                self.desc, self.done, self.total, 100 * self.done / self.total, rate,
+            )  # fmt: skip
+            self.next_report = (math.floor(self.done / self.total * 10) + 1) / 10
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def format_output(results: Iterable[list[tuple[str, float]]], nbest: int) -> Iterator[str]:
+    """One line per sentence; with n-best, Moses format ``i ||| text ||| score``."""
+    for i, hyps in enumerate(results):
+        if nbest == 1:
+            yield hyps[0][0]
+        else:
+            for text, score in hyps:
+                yield f"{i} ||| {text} ||| {score:.6f}"

@@ -1,0 +1,219 @@
+"""Translation: token batching, input order, SentencePiece round trip, n-best, stdin, errors."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from transformer_nmt import translation
+from transformer_nmt.checkpoints import save_model_file
+from transformer_nmt.cli import main
+from transformer_nmt.data.spm import train_spm
+from transformer_nmt.data.vocab import PAD_ID, load_vocab_info
+from transformer_nmt.errors import CheckpointError, ConfigError
+from transformer_nmt.model.config import ModelConfig
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.search import Hypothesis
+from transformer_nmt.translation import (
+    Progress,
+    SearchSettings,
+    Translator,
+    format_output,
+    token_batches,
+)
+
+WORDS = ["ein", "mann", "eine", "frau", "hund", "läuft", "spielt", "im", "park", "auf", "der"]
+WORDS += ["straße", "mit", "einem", "ball"]
+
+
+def _sentences(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12))) for _ in range(n)]
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """Tiny models on a shared 2-core machine: more threads only spin against each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A SentencePiece model on a toy corpus and a random tiny model file that uses it."""
+    root = tmp_path_factory.mktemp("translation")
+    corpus = root / "train.txt"
+    corpus.write_text("\n".join(_sentences(400, seed=0)) + "\n", encoding="utf-8")
+    train_spm([corpus], root / "spm", vocab_size=300, sample_sentences=400, seed=1, num_threads=1)
+    vocab = load_vocab_info(root / "spm.model")
+    torch.manual_seed(0)
+    cfg = ModelConfig(N=1, d_model=32, d_ff=64, h=2, d_k=16, d_v=16, p_drop=0.0)
+    model = Transformer(cfg, vocab_size=vocab.size, pad_id=PAD_ID)
+    save_model_file(
+        root / "model.pt", model_config=cfg.to_dict(), state_dict=model.state_dict(),
+        vocab=vocab.to_dict(), step=10, source_checkpoints=["step=00000010.ckpt"],
+    )  # fmt: skip
+    other = root / "other"
+    other.mkdir()
+    train_spm([corpus], other / "spm", vocab_size=320, sample_sentences=400, seed=1, num_threads=1)
+    return {"spm": root / "spm.model", "model": root / "model.pt", "other_spm": other / "spm.model"}
+
+
+def test_token_batches_cover_every_sentence_once_within_max_tokens() -> None:
+    rng = random.Random(3)
+    lengths = [rng.randint(1, 40) for _ in range(300)]
+    batches = token_batches(lengths, max_tokens=200)
+    assert sorted(i for b in batches for i in b) == list(range(300))
+    for batch in batches:
+        assert len(batch) * (max(lengths[i] for i in batch) + 1) <= 200
+    # sorted by length: batches hold similar lengths (longest first)
+    firsts = [lengths[b[0]] for b in batches]
+    assert firsts == sorted(firsts, reverse=True)
+    # a sentence longer than max_tokens still gets a batch of its own
+    assert token_batches([500, 3], max_tokens=100) == [[0], [1]]
+    assert token_batches([], max_tokens=100) == []
+
+
+def test_search_settings_reject_bad_values() -> None:
+    with pytest.raises(ConfigError, match="--nbest must be between 1 and --beam=4"):
+        SearchSettings(nbest=5)
+    with pytest.raises(ConfigError, match="--beam must be >= 1"):
+        SearchSettings(beam=0)
+
+
+def test_batching_restores_input_order_and_round_trips_text(
+    assets: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a search that copies its source, the output must equal the input, line for line."""
+    seen_batches: list[torch.Tensor] = []
+
+    def copy_search(model, src, *, bos_id, eos_id, pad_id, **kwargs):  # noqa: ANN001
+        seen_batches.append(src)
+        assert kwargs["beam_size"] == 4 and kwargs["alpha"] == 0.6 and kwargs["max_len_b"] == 50
+        out = []
+        for row in src.tolist():
+            tokens = [t for t in row if t not in (pad_id, eos_id)]
+            assert row[len(tokens)] == eos_id  # the encoder input is "x EOS", then padding
+            out.append([Hypothesis(tokens=tokens, score=-1.0, log_prob=-1.0)])
+        return out
+
+    monkeypatch.setattr(translation, "beam_search", copy_search)
+    lines = _sentences(120, seed=5)
+    lines[7] = ""  # an empty line is passed through without the model
+    lines[8] = "Unbekannte Wörter: Äpfel & Birnen!"  # byte fallback keeps unseen characters
+    translator = Translator(assets["model"], assets["spm"], SearchSettings(max_tokens=64))
+    done: list[int] = []
+    results = translator.translate(lines, progress=done.append)
+    assert [r[0][0] for r in results] == lines
+    assert sum(done) == len(lines)
+    assert len(seen_batches) > 5
+    for src in seen_batches:
+        assert src.numel() <= 64 or src.shape[0] == 1
+    assert sum(src.shape[0] for src in seen_batches) == len(lines) - 1
+
+
+def test_real_model_batched_equals_one_by_one(assets: dict[str, Path]) -> None:
+    lines = _sentences(8, seed=9)
+    short = {"beam": 3, "max_len_b": 8}  # a random model never ends: keep its outputs short
+    batched = Translator(assets["model"], assets["spm"], SearchSettings(max_tokens=4096, **short))
+    single = Translator(assets["model"], assets["spm"], SearchSettings(max_tokens=1, **short))
+    out_batched = batched.translate(lines)
+    out_single = single.translate(lines)
+    assert [r[0][0] for r in out_batched] == [r[0][0] for r in out_single]
+    for a, b in zip(out_batched, out_single, strict=True):
+        assert a[0][1] == pytest.approx(b[0][1], abs=1e-4)
+
+
+def test_nbest_output_format(assets: dict[str, Path]) -> None:
+    lines = ["ein mann läuft", "eine frau"]
+    settings = SearchSettings(beam=4, nbest=3, max_len_b=8)
+    translator = Translator(assets["model"], assets["spm"], settings)
+    results = translator.translate(lines)
+    out = list(format_output(results, 3))
+    assert len(out) == 6
+    for k, line in enumerate(out):
+        index, _text, score = line.split(" ||| ")
+        assert int(index) == k // 3
+        assert float(score) <= 0.0
+    for hyps in results:
+        scores = [s for _, s in hyps]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_cli_file_to_file_and_vocab_mismatch(assets: dict[str, Path], tmp_path: Path) -> None:
+    src = tmp_path / "test.en"
+    src.write_text("ein mann läuft\n\nim park\n", encoding="utf-8")
+    hyp = tmp_path / "out" / "test.hyp"
+    common = ["translate", "--model", str(assets["model"]), "--input", str(src)]
+    args = [*common, "--spm-model", str(assets["spm"]), "--output", str(hyp), "--beam", "2"]
+    assert main(args) == 0
+    out = hyp.read_text(encoding="utf-8").split("\n")
+    assert len(out) == 4 and out[3] == "" and out[1] == ""  # 3 lines, the empty one kept
+
+    bad = tmp_path / "bad.hyp"
+    assert main([*common, "--spm-model", str(assets["other_spm"]), "--output", str(bad)]) == 2
+    assert not bad.exists()
+    with pytest.raises(CheckpointError, match="trained with the vocabulary sha256"):
+        Translator(assets["model"], assets["other_spm"], SearchSettings())
+
+
+def test_cli_translates_stdin_to_stdout(assets: dict[str, Path]) -> None:
+    cmd = [sys.executable, "-m", "transformer_nmt", "translate", "--model", str(assets["model"]),
+           "--spm-model", str(assets["spm"]), "--beam", "2", "--max-len-b", "5"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        cmd, input="ein hund\nspielt im park\n", capture_output=True, text=True, timeout=120,
+        env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 2
+    expected = Translator(assets["model"], assets["spm"], SearchSettings(beam=2, max_len_b=5))
+    assert result.stdout.splitlines() == [
+        r[0][0] for r in expected.translate(["ein hund", "spielt im park"])
+    ]
+
+
+def test_progress_logs_without_a_terminal(caplog: pytest.LogCaptureFixture) -> None:
+    class NotATty:
+        def isatty(self) -> bool:
+            return False
+
+        def write(self, text: str) -> int:
+            raise AssertionError("no progress bar may be drawn into a log file")
+
+    progress = Progress(100, "translate test", stream=NotATty())  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="transformer_nmt.translation"):
+        for _ in range(20):
+            progress(5)
+        progress.close()
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 10
+    assert messages[-1].startswith("translate test: 100/100 sentences (100%)")
+
+
+def test_learned_positions_truncate_long_sources(assets: dict[str, Path], tmp_path: Path) -> None:
+    vocab = load_vocab_info(assets["spm"])
+    cfg = ModelConfig(N=1, d_model=16, d_ff=32, h=2, d_k=8, d_v=8, p_drop=0.0,
+                      positional="learned", max_positions=20)  # fmt: skip
+    path = tmp_path / "learned.pt"
+    model = Transformer(cfg, vocab_size=vocab.size, pad_id=PAD_ID)
+    save_model_file(path, model_config=cfg.to_dict(), state_dict=model.state_dict(),
+                    vocab=vocab.to_dict(), step=1, source_checkpoints=[])  # fmt: skip
+    translator = Translator(path, assets["spm"], SearchSettings(max_len_b=5, beam=2))
+    assert translator.max_src_tokens == 13
+    long_line = " ".join(WORDS * 3)
+    (out,) = translator.translate([long_line])
+    assert translator.truncated == 1
+    assert isinstance(out[0][0], str)
+    assert np.all(translator.encode("ein mann") < vocab.size)
