@@ -105,3 +105,16 @@ def test_gather_equals_per_sentence_reads(tmp_path):
     assert flat.tolist() == [t for i in idx for t in sents[i]]
     empty_flat, empty_lengths = arr.gather([])
     assert len(empty_flat) == 0 and len(empty_lengths) == 0
+
+
+def test_load_vocab_info_rejects_other_special_ids(tmp_path):
+    import sentencepiece as spm
+
+    text = tmp_path / "t.txt"
+    text.write_text("".join(f"sentence number {i} with words\n" for i in range(200)))
+    # SentencePiece's own defaults: unk=0, bos=1, eos=2, no pad
+    spm.SentencePieceTrainer.train(
+        input=str(text), model_prefix=str(tmp_path / "m"), vocab_size=40, minloglevel=2
+    )
+    with pytest.raises(DataError, match=r"m\.model: special ids .*'pad_id': -1"):
+        vocab.load_vocab_info(tmp_path / "m.model")
