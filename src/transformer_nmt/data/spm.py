@@ -12,8 +12,9 @@ SentencePiece's default (NFKC, collapsing spaces) would change characters of the
 are spelled as UTF-8 byte pieces instead of becoming UNK). The tests check this exactly.
 
 Outputs ``{prefix}.model``, ``{prefix}.vocab`` and ``{prefix}.json`` (the ids and settings),
-each written atomically, the ``.model`` last. The model is trained in memory, so the same
-inputs, seed and thread count give a byte-identical model (its sha256 is the vocab identity).
+each written atomically, the ``.model`` last. The model is trained in memory and stored
+without the thread count, so the same inputs and seed give a byte-identical model on any
+machine (its sha256 is the vocabulary's identity).
 """
 
 from __future__ import annotations
@@ -68,6 +69,17 @@ def _sampled_lines(paths: Sequence[Path], chosen: np.ndarray) -> Iterator[str]:
                     k += 1
                     yield line.removesuffix("\n")
                 base = i + 1
+
+
+def _without_thread_count(proto: bytes) -> bytes:
+    """The model with ``trainer_spec.num_threads`` cleared: the thread count does not change
+    the pieces or scores, and must not change the vocabulary's identity (its sha256)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(proto)
+    model.trainer_spec.ClearField("num_threads")
+    return model.SerializeToString(deterministic=True)
 
 
 def train_spm(
@@ -135,7 +147,7 @@ def train_spm(
             f"SentencePiece training on {[str(p) for p in paths]} failed "
             f"(--vocab-size {vocab_size}): {err}"
         ) from err
-    proto = model.getvalue()
+    proto = _without_thread_count(model.getvalue())
     processor = spm.SentencePieceProcessor(model_proto=proto)
     settings["sha256"] = hashlib.sha256(proto).hexdigest()
     model_path = prefix.with_suffix(".model")
