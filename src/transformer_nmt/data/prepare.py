@@ -63,12 +63,16 @@ def _pair_hash(src: str, tgt: str) -> int:
 def _limited(
     pairs: Iterator[tuple[str, str]], budget: list[int | None]
 ) -> Iterator[tuple[str, str]]:
-    """Stop when the split's max_sentences budget (a one-item list, shared by its corpora) is 0."""
-    for pair in pairs:
-        if budget[0] is not None:
-            if budget[0] <= 0:
-                return
-            budget[0] -= 1
+    """Stop when the split's max_sentences budget (a one-item list, shared by its corpora) is 0;
+    a corpus is not even opened once the budget is spent."""
+    if budget[0] is None:
+        yield from pairs
+        return
+    while budget[0] > 0:
+        pair = next(pairs, None)
+        if pair is None:
+            return
+        budget[0] -= 1
         yield pair
 
 
