@@ -256,6 +256,28 @@ def test_checkpoints_load_weights_only_with_plain_hparams(
     assert all(k.startswith("model.") for k in ckpt["state_dict"])
 
 
+def test_time_based_checkpoints_keep_the_newest_and_validation_bleu(
+    corpus: dict[str, Path], tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    argv = train_argv(
+        corpus,
+        run,
+        max_steps=4,
+        checkpoint_every_steps=None,
+        checkpoint_every_minutes=1e-9,  # due at every step
+        keep_checkpoints=2,
+        val_every_steps=2,
+        val_bleu_sentences=8,
+    )
+    assert main(argv) == 0
+    names = [p.name for p in list_checkpoints(run / "checkpoints")]
+    assert names == ["step=00000003.ckpt", "step=00000004.ckpt"]
+    metrics = json.loads((run / "train_summary.json").read_text())["metrics"]
+    assert 0.0 <= metrics["val/bleu"] <= 100.0
+    assert metrics["val/ppl"] == pytest.approx(math.exp(metrics["val/nll"]))
+
+
 def test_corrupt_newest_checkpoint_is_named_and_not_skipped(
     corpus: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

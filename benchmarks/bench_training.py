@@ -1,0 +1,203 @@
+"""Training throughput: target tokens/s of forward + backward + optimizer step (§5.1-5.3).
+
+Synthetic batches of realistic shape (token-bounded, as the batch sampler builds them): every
+batch holds ``max_tokens // L`` sentence pairs of length L on each side. The step is the one
+``TranslationModule`` runs: Transformer forward, label-smoothed loss (§5.4) per target token,
+backward, Adam (§5.3) and the LR schedule.
+
+On CPU: fp32, presets ``tiny`` (Multi30k-like: 8k vocabulary, L=16) and ``base`` (WMT-like: 37k
+vocabulary, L=28). On CUDA additionally ``base`` and ``big`` in bf16 autocast, with peak memory
+and model FLOPs utilisation:
+
+    MFU = model FLOPs per second / peak bf16 FLOPs of the GPU,
+    model FLOPs per step = 6 x (encoder params x source tokens + decoder params x target tokens
+                                + d_model x V x target tokens [pre-softmax projection])
+                           + attention 12 x (S^2 + T^2 + T x S) x h x d_k x N x B
+
+(the 6 = 2 forward + 4 backward per multiply-add; attention scores and weighted sums counted
+in full, causal masking not subtracted). Peak: ``--peak-tflops`` or 989 TFLOP/s for H100/H200
+SXM dense bf16.
+
+Usage: ``python benchmarks/bench_training.py [--steps 5] [--presets tiny base]``; prints a table
+and writes ``benchmarks/out/training.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from transformer_nmt.model.config import get_preset
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.training.objective import (
+    build_optimizer,
+    build_scheduler,
+    label_smoothed_cross_entropy,
+)
+
+OUT = Path(__file__).resolve().parent / "out" / "training.json"
+# preset -> (vocabulary size, sentence length L per side)
+SHAPES = {"tiny": (8000, 16), "base": (37000, 28), "big": (37000, 28)}
+PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
+
+
+def model_flops_per_step(model: Transformer, batch: int, src_len: int, tgt_len: int) -> float:
+    """Training FLOPs of one step (see the module docstring)."""
+    cfg = model.cfg
+    enc = sum(p.numel() for p in model.encoder_layers.parameters())
+    dec = sum(p.numel() for p in model.decoder_layers.parameters())
+    src_tokens, tgt_tokens = batch * src_len, batch * tgt_len
+    dense = 6 * (enc * src_tokens + dec * tgt_tokens + cfg.d_model * model.vocab_size * tgt_tokens)
+    pairs = src_len**2 + tgt_len**2 + tgt_len * src_len
+    attention = 12 * pairs * cfg.h * cfg.d_k * cfg.N * batch
+    return float(dense + attention)
+
+
+def bench(
+    preset: str,
+    *,
+    device: str,
+    bf16: bool,
+    max_tokens: int,
+    steps: int,
+    warmup_steps: int,
+    peak_tflops: float | None,
+) -> dict:
+    vocab, length = SHAPES[preset]
+    cfg = get_preset(preset)
+    torch.manual_seed(0)
+    model = Transformer(cfg, vocab_size=vocab, pad_id=0).to(device).train()
+    optimizer = build_optimizer(model.parameters(), fused=device == "cuda" or None)
+    scheduler = build_scheduler(optimizer, d_model=cfg.d_model, warmup=4000)
+    batch = max(1, max_tokens // length)
+    src = torch.randint(4, vocab, (batch, length), device=device)
+    tgt_in = torch.randint(4, vocab, (batch, length), device=device)
+    tgt_out = torch.randint(4, vocab, (batch, length), device=device)
+
+    def step() -> None:
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(src, tgt_in)  # [B, T, V]
+        out = label_smoothed_cross_entropy(logits, tgt_out, eps=cfg.eps_ls, pad_id=0)
+        (out.loss / out.ntokens).backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(warmup_steps):
+        step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    seconds = (time.perf_counter() - start) / steps
+    row = {
+        "preset": preset,
+        "device": device,
+        "precision": "bf16-mixed" if bf16 else "fp32",
+        "vocab_size": vocab,
+        "sentence_length": length,
+        "batch_sentences": batch,
+        "tgt_tokens_per_step": batch * length,
+        "seconds_per_step": seconds,
+        "tgt_tokens_per_s": batch * length / seconds,
+        "src_tokens_per_s": batch * length / seconds,
+        "threads": torch.get_num_threads(),
+        "steps": steps,
+    }
+    if device == "cuda":
+        flops = model_flops_per_step(model, batch, length, length)
+        row["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        row["model_tflops_per_s"] = flops / seconds / 1e12
+        if peak_tflops:
+            row["peak_tflops"] = peak_tflops
+            row["mfu"] = flops / seconds / (peak_tflops * 1e12)
+    return row
+
+
+def detect_peak_tflops() -> float | None:
+    name = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
+    for key, value in PEAK_BF16_TFLOPS.items():
+        if key in name:
+            return value
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--presets", nargs="+", default=["tiny", "base"], help="CPU presets")
+    parser.add_argument("--gpu-presets", nargs="+", default=["base", "big"])
+    parser.add_argument("--cpu-max-tokens", type=int, default=4096)
+    parser.add_argument("--gpu-max-tokens", type=int, default=25_000)
+    parser.add_argument("--steps", type=int, default=5, help="measured steps (CPU)")
+    parser.add_argument("--gpu-steps", type=int, default=20)
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="GPU peak dense bf16 TFLOP/s (default: 989.4 for H100/H200, 312 for A100)",
+    )
+    parser.add_argument("--skip-cpu", action="store_true")
+    args = parser.parse_args()
+
+    rows = []
+    if not args.skip_cpu:
+        for preset in args.presets:
+            rows.append(
+                bench(
+                    preset,
+                    device="cpu",
+                    bf16=False,
+                    max_tokens=args.cpu_max_tokens,
+                    steps=args.steps,
+                    warmup_steps=1,
+                    peak_tflops=None,
+                )
+            )
+    if torch.cuda.is_available():
+        peak = args.peak_tflops or detect_peak_tflops()
+        for preset in args.gpu_presets:
+            rows.append(
+                bench(
+                    preset,
+                    device="cuda",
+                    bf16=True,
+                    max_tokens=args.gpu_max_tokens,
+                    steps=args.gpu_steps,
+                    warmup_steps=3,
+                    peak_tflops=peak,
+                )
+            )
+
+    header = f"{'preset':<6} {'device':<6} {'precision':<10} {'batch':>6} {'s/step':>8} "
+    header += f"{'tgt tok/s':>11} {'peak GiB':>9} {'MFU':>6}"
+    print(header)
+    for r in rows:
+        mem = f"{r['peak_memory_gib']:.2f}" if "peak_memory_gib" in r else "-"
+        mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "-"
+        print(
+            f"{r['preset']:<6} {r['device']:<6} {r['precision']:<10} "
+            f"{r['tgt_tokens_per_step']:>6} {r['seconds_per_step']:>8.3f} "
+            f"{r['tgt_tokens_per_s']:>11.0f} {mem:>9} {mfu:>6}"
+        )
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "cpu_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
+    OUT.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
