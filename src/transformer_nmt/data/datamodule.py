@@ -16,7 +16,6 @@ Use ``Trainer(use_distributed_sampler=False)``: the sampler already splits acros
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,8 +28,6 @@ from transformer_nmt.data.sampler import TokenBatchSampler
 from transformer_nmt.data.token_array import TokenArray
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from transformer_nmt.errors import DataError
-
-log = logging.getLogger(__name__)
 
 
 def pad_flat(
