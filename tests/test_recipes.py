@@ -182,3 +182,35 @@ def test_pipeline_resolves_files_and_params() -> None:
     assert pipeline.json({"b": 1, "a": [1, 2]}) == pipeline.json({"a": [1, 2], "b": 1})
     with pytest.raises(ConfigError, match="registry: cannot read"):
         pipeline.__class__({**_load(DEFAULT), "registry": "/nonexistent.yaml"}, REPO_ROOT)
+
+
+def test_schema_knows_exactly_the_keys_of_the_stage_configs() -> None:
+    from dataclasses import fields
+
+    from transformer_nmt.data.clean import CleanConfig
+    from transformer_nmt.model.config import ModelConfig
+    from transformer_nmt.training.trainer import TrainConfig
+
+    schema = _load(REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml")["$defs"]
+    assert set(schema["train"]["properties"]) == {f.name for f in fields(TrainConfig)}
+    assert set(schema["model_overrides"]["properties"]) == {f.name for f in fields(ModelConfig)}
+    clean = schema["data_pair"]["properties"]["clean"]["properties"]
+    assert set(clean) == {f.name for f in fields(CleanConfig)}
+
+
+@pytest.mark.parametrize("path", [DEFAULT, *RECIPES], ids=lambda p: p.stem)
+def test_configs_are_accepted_by_the_stages_themselves(path: Path) -> None:
+    from transformer_nmt.cli.train import resolve_model_config
+    from transformer_nmt.data.clean import CleanConfig
+    from transformer_nmt.training.trainer import TrainConfig
+
+    config = _load(path)
+    for pairs in config["data"].values():
+        for settings in pairs.values():
+            CleanConfig.from_dict(settings["clean"])
+    for exp in config["experiments"].values():
+        train = TrainConfig.from_dict(exp["train"])
+        assert train.keep_checkpoints >= exp["average_last_k"]
+        model = resolve_model_config({"preset": exp["preset"], "overrides": exp["model_overrides"]})
+        if exp["preset"] == "big":
+            assert (model.N, model.d_model, model.d_ff, model.h) == (6, 1024, 4096, 16)

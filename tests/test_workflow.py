@@ -1,0 +1,195 @@
+"""The whole Snakemake DAG on a slice of Multi30k: outputs, MLflow runs, no-op re-run, re-runs.
+
+One real run (module-scoped) of two experiments with a tiny model and a few steps, from the
+shared dataset mirror, in a temporary working directory; later tests only dry-run against it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+SLICE = 150  # sentences per split (clean.max_sentences): train, valid and each test set
+TINY = {"N": 1, "d_model": 64, "d_ff": 128, "h": 2, "d_k": 32, "d_v": 32}
+
+
+def _experiment(max_steps: int, last_k: int, test_sets: list[str]) -> dict[str, Any]:
+    return {
+        "dataset": "multi30k",
+        "pair": "en-de",
+        "preset": "tiny",
+        "model_overrides": dict(TINY),
+        "train": {
+            "max_steps": max_steps,
+            "max_tokens": 1024,
+            "tokens_per_update": 1024,
+            "warmup": 10,
+            "accelerator": "cpu",
+            "devices": 1,
+            "checkpoint_every_steps": 5,
+            "keep_checkpoints": last_k,
+            "val_every_steps": 10,
+            "log_every_steps": 5,
+            "num_workers": 0,
+        },  # fmt: skip
+        "average_last_k": last_k,
+        "translate": {"beam": 2, "alpha": 0.6, "max_len_b": 5, "max_tokens": 2048},
+        "test_sets": test_sets,
+        "resources": {"threads": 1, "mem_mb": 2000, "runtime": 10},
+    }
+
+
+def _config(mirror: Path) -> dict[str, Any]:
+    return {
+        "data_mirror": str(mirror),
+        "data": {
+            "multi30k": {
+                "en-de": {
+                    "vocab_size": 600,
+                    "spm_sample_sentences": 100000,
+                    "spm_seed": 1,
+                    "clean": {"max_sentences": SLICE},
+                }
+            }
+        },
+        "experiments": {
+            "smoke_a": _experiment(20, 3, ["test_2016_flickr", "test_2017_flickr"]),
+            "smoke_b": _experiment(15, 2, ["test_2016_flickr"]),
+        },
+    }
+
+
+def _snakemake(workdir: Path, config: dict[str, Any], *args: str) -> subprocess.CompletedProcess:
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    snakemake = Path(sys.executable).with_name("snakemake")
+    cmd = [str(snakemake), "--cores", "2", "--snakefile", str(REPO_ROOT / "Snakefile"),
+           "--directory", str(workdir), "--configfile", str(path), *args]  # fmt: skip
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(workdir),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}"}  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+
+
+def _planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
+    """The "Job stats" table of a dry run: rule -> count (empty when nothing is to be done)."""
+    text = result.stdout + result.stderr
+    return {rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", text, re.M)}
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory, shared_mirror: Path) -> dict[str, Any]:
+    workdir = tmp_path_factory.mktemp("workflow")
+    config = _config(shared_mirror)
+    result = _snakemake(workdir, config)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-6000:]
+    return {"workdir": workdir, "config": config, "log": log}
+
+
+def test_every_output_exists_and_is_well_formed(pipeline: dict[str, Any]) -> None:
+    wd: Path = pipeline["workdir"]
+    data = wd / "results" / "data" / "multi30k" / "en-de"
+    for split in ("train", "valid", "test_2016_flickr", "test_2017_flickr"):
+        for lang in ("en", "de"):
+            assert len((data / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()) == SLICE
+    assert (wd / "results" / "spm" / "multi30k" / "en-de" / "spm.model").stat().st_size > 0
+    for name, exp in pipeline["config"]["experiments"].items():
+        run = wd / "results" / "runs" / name
+        summary = json.loads((run / "train_summary.json").read_text(encoding="utf-8"))
+        assert summary["final_step"] == exp["train"]["max_steps"]
+        assert summary["vocab"]["size"] == 600
+        checkpoints = sorted((run / "checkpoints").glob("step=*.ckpt"))
+        assert len(checkpoints) == exp["average_last_k"]  # keep_checkpoints == average_last_k
+        assert checkpoints[-1].name == f"step={exp['train']['max_steps']:08d}.ckpt"
+        assert (run / "averaged.pt").stat().st_size > 0
+        for test_set in exp["test_sets"]:
+            hyp = (run / f"{test_set}.hyp").read_text(encoding="utf-8")
+            assert len(hyp.splitlines()) == SLICE
+            scores = json.loads((run / f"{test_set}.scores.json").read_text(encoding="utf-8"))
+            assert scores["sentences"] == SLICE and scores["tgt_lang"] == "de"
+            for key in ("bleu", "chrf", "bleu_paper", "bleu_lc_tok"):
+                assert 0.0 <= scores[key]["score"] <= 100.0
+            assert "tok:13a" in scores["bleu"]["signature"]
+        for stage in ("train", "average"):
+            assert (wd / "logs" / stage / f"{name}.log").is_file()
+            assert (wd / "results" / "benchmarks" / stage / f"{name}.tsv").is_file()
+    report = (wd / "results" / "report.md").read_text(encoding="utf-8")
+    rows = [ln for ln in report.splitlines() if ln.startswith("| smoke_")]
+    assert [r.split("|")[1].strip() + "/" + r.split("|")[4].strip() for r in rows] == [
+        "smoke_a/test_2016_flickr", "smoke_a/test_2017_flickr", "smoke_b/test_2016_flickr",
+    ]  # fmt: skip
+
+
+def test_mlflow_holds_one_run_per_experiment(pipeline: dict[str, Any]) -> None:
+    from mlflow.tracking import MlflowClient
+
+    wd: Path = pipeline["workdir"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("multi30k_en-de")
+    runs = client.search_runs([experiment.experiment_id])
+    assert sorted(r.info.run_name for r in runs) == ["smoke_a", "smoke_b"]
+    for run in runs:
+        name = run.info.run_name
+        exp = pipeline["config"]["experiments"][name]
+        params, metrics = run.data.params, run.data.metrics
+        assert params["train.max_steps"] == str(exp["train"]["max_steps"])
+        assert any(k.startswith("average.") for k in params)
+        for test_set in exp["test_sets"]:
+            assert f"{test_set}.bleu" in metrics and f"{test_set}.chrf" in metrics
+            assert params[f"translate.{test_set}.beam"] == "2"
+        assert any("loss" in k for k in metrics)
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"scores", "hypotheses"} <= artifacts
+        scores = {a.path for a in client.list_artifacts(run.info.run_id, "scores")}
+        assert scores == {f"scores/{t}.scores.json" for t in exp["test_sets"]}
+
+
+def test_second_run_has_nothing_to_do(pipeline: dict[str, Any]) -> None:
+    result = _snakemake(pipeline["workdir"], pipeline["config"], "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _planned_jobs(result) == {}
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_changing_a_training_value_reruns_training_and_downstream_only(
+    pipeline: dict[str, Any],
+) -> None:
+    config = copy.deepcopy(pipeline["config"])
+    config["experiments"]["smoke_b"]["train"]["warmup"] = 12
+    jobs = _planned_jobs(_snakemake(pipeline["workdir"], config, "-n"))
+    # smoke_b: train, average, translate + score of its one test set; the shared report.
+    assert jobs == {
+        "train": 1, "average": 1, "translate": 1, "score": 1, "report": 1, "all": 1, "total": 6,
+    }  # fmt: skip
+
+
+def test_changing_a_search_value_reruns_translation_and_scoring_only(
+    pipeline: dict[str, Any],
+) -> None:
+    config = copy.deepcopy(pipeline["config"])
+    config["experiments"]["smoke_a"]["translate"]["beam"] = 3
+    jobs = _planned_jobs(_snakemake(pipeline["workdir"], config, "-n"))
+    assert jobs == {"translate": 2, "score": 2, "report": 1, "all": 1, "total": 6}
+
+
+def test_changing_the_vocabulary_reruns_everything_after_cleaning(
+    pipeline: dict[str, Any],
+) -> None:
+    config = copy.deepcopy(pipeline["config"])
+    config["data"]["multi30k"]["en-de"]["vocab_size"] = 700
+    jobs = _planned_jobs(_snakemake(pipeline["workdir"], config, "-n"))
+    assert "download_multi30k" not in jobs and "prepare_multi30k_en_de" not in jobs
+    assert jobs["spm_train"] == 1 and jobs["encode"] == 4 and jobs["train"] == 2
+    assert jobs["translate"] == 3 and jobs["score"] == 3
