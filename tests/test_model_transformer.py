@@ -101,6 +101,8 @@ def test_cached_incremental_decoding_equals_full_recompute(extra):
     tgt[:, 0] = BOS
     enc = model.encode(src)
     full, full_attn = model.decode(tgt, enc, return_attention=True)  # [B, T, V], [B, T, S]
+    last, _ = model.decode(tgt, enc, last_only=True)  # [B, 1, V]
+    torch.testing.assert_close(last[:, 0], full[:, -1], rtol=0, atol=1e-12)
     state = model.init_state(enc)
     for t in range(tgt.shape[1]):
         logits, attn = model.decode_step(tgt[:, t], state, return_attention=True)

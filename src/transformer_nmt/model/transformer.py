@@ -176,12 +176,17 @@ class Transformer(nn.Module):
     # --- decoder: all positions at once (training, scoring) -----------------------------------
 
     def decode(
-        self, tgt_in: torch.Tensor, enc: EncoderOutput, return_attention: bool = False
+        self,
+        tgt_in: torch.Tensor,
+        enc: EncoderOutput,
+        return_attention: bool = False,
+        last_only: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``tgt_in`` [B, T] (BOS y_1 ... , padded) -> (logits [B, T, V_tgt], attention or None).
 
         The attention is the last decoder layer's encoder-decoder attention averaged over heads,
-        [B, T, S], returned only when ``return_attention``.
+        [B, T, S], returned only when ``return_attention``. ``last_only`` projects only the last
+        position to the vocabulary (logits [B, 1, V_tgt]; search without the cache).
         """
         t = tgt_in.shape[1]
         causal = torch.ones(t, t, dtype=torch.bool, device=tgt_in.device).tril()  # [T, T]
@@ -202,6 +207,8 @@ class Transformer(nn.Module):
                 cross_mask,
                 need_weights=return_attention and i == last,
             )
+        if last_only:
+            x = x[:, -1:]  # [B, 1, d_model]
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self.project(x), weights

@@ -53,8 +53,10 @@ class Stepper:
         else:
             new = tokens[:, None]  # [N, 1]
             self.prefix = new if self.prefix is None else torch.cat([self.prefix, new], dim=1)
-            all_logits, all_attn = self.model.decode(self.prefix, self.enc, self.return_attention)
-            logits = all_logits[:, -1]  # [N, t, V] -> [N, V]
+            all_logits, all_attn = self.model.decode(
+                self.prefix, self.enc, self.return_attention, last_only=True
+            )
+            logits = all_logits[:, -1]  # [N, 1, V] -> [N, V]
             attn = None if all_attn is None else all_attn[:, -1]  # [N, t, S] -> [N, S]
         if logits.dtype in (torch.float16, torch.bfloat16):
             logits = logits.float()
