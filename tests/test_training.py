@@ -349,7 +349,8 @@ def test_mlflow_tracking_of_a_training_run(
     assert client.get_metric_history(run.info.run_id, "val/loss")
     assert client.get_metric_history(run.info.run_id, "train/lr")
     assert client.get_metric_history(run.info.run_id, "train/grad_norm")
-    assert client.get_metric_history(run.info.run_id, "train/tgt_tokens_per_s")
+    rates = client.get_metric_history(run.info.run_id, "train/tgt_tokens_per_s")
+    assert sorted(m.step for m in rates) == [5, 10] and all(m.value > 0 for m in rates)
     artifacts = {f.path for f in client.list_artifacts(run.info.run_id)}
     assert {"data", "train_summary.json"} <= artifacts
 

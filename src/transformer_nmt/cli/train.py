@@ -98,7 +98,7 @@ def train(args, model_cfg, train_cfg, vocab, mlrun) -> dict[str, Any] | None:
     import lightning as L
 
     from transformer_nmt.io_utils import write_json
-    from transformer_nmt.training.callbacks import StageRunLogger
+    from transformer_nmt.training.callbacks import StageRunLogger, Throughput
     from transformer_nmt.training.module import NonFiniteLossError, TranslationModule
     from transformer_nmt.training.trainer import (
         CHECKPOINT_DIR,
@@ -197,16 +197,16 @@ def train(args, model_cfg, train_cfg, vocab, mlrun) -> dict[str, Any] | None:
         return None
     kept = prune_checkpoints(ckpt_dir, train_cfg.keep_checkpoints)
     metrics = dict(module.last_metrics)
-    metrics["train/tgt_tokens_per_s_mean"] = module.train_tokens["tgt"] / max(
-        module.train_seconds, 1e-9
-    )
+    (throughput,) = [cb for cb in trainer.callbacks if isinstance(cb, Throughput)]
+    metrics["train/tgt_tokens_per_s"] = throughput.last_rate
+    metrics["train/tgt_tokens_per_s_mean"] = throughput.mean_tgt_tokens_per_s()
     summary = {
         **base_summary,
         "final_step": int(trainer.global_step),
         "checkpoints": [p.name for p in kept],
         "resumed_from": resume.path.name if resume.path else None,
         "trained_this_job": True,
-        "train_tokens_this_job": dict(module.train_tokens),
+        "train_tokens_this_job": dict(throughput.total_tokens),
         "wall_seconds": watch.seconds(),
         "metrics": metrics,
     }

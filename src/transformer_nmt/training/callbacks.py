@@ -4,6 +4,7 @@ reseeding (resume-exact dropout), log lines for Snakemake log files, MLflow logg
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,47 @@ class StepSeed(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         key = [self.seed, trainer.global_rank, trainer.global_step, batch_idx]
         torch.manual_seed(int(np.random.SeedSequence(key).generate_state(1)[0]))
+
+
+class Throughput(Callback):
+    """Source/target tokens per second (non-padding) over the last ``every`` updates, for all
+    devices (the local rate times the world size: batches are balanced by max_tokens). Runs
+    before ``LogLines`` so that the line of step k shows the window ending at step k."""
+
+    def __init__(self, every: int, pad_id: int = 0) -> None:
+        self.every, self.pad_id = every, pad_id
+        self.total_tokens = {"src": 0, "tgt": 0}
+        self.total_seconds = 0.0
+        self.last_rate = float("nan")
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._start = time.perf_counter()
+        self._previous_step = trainer.global_step
+        self._window: torch.Tensor | None = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        # Counted on the device, read back only at logging steps (no sync per batch).
+        counts = torch.stack(
+            [(batch["src"] != self.pad_id).sum(), (batch["tgt_out"] != self.pad_id).sum()]
+        )
+        self._window = counts if self._window is None else self._window + counts
+        step = trainer.global_step
+        stepped, self._previous_step = step != self._previous_step, step
+        if not stepped or (step % self.every and step != trainer.max_steps):
+            return
+        now = time.perf_counter()
+        seconds = max(now - self._start, 1e-9)
+        src, tgt = (int(v) * trainer.world_size for v in self._window.tolist())
+        self.total_tokens["src"] += src
+        self.total_tokens["tgt"] += tgt
+        self.total_seconds += seconds
+        self.last_rate = tgt / seconds
+        pl_module.log("train/tgt_tokens_per_s", tgt / seconds, on_step=True)
+        pl_module.log("train/src_tokens_per_s", src / seconds, on_step=True)
+        self._start, self._window = now, None
+
+    def mean_tgt_tokens_per_s(self) -> float:
+        return self.total_tokens["tgt"] / max(self.total_seconds, 1e-9)
 
 
 class LogLines(Callback):

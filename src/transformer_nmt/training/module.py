@@ -2,8 +2,9 @@
 
 It owns the label-smoothed loss (§5.4), Adam with the per-update learning-rate schedule (§5.3)
 and the logging: smoothed training loss per target token, NLL and perplexity, learning rate,
-gradient norm (before clipping), source/target tokens per second, validation loss/perplexity
+gradient norm (before clipping), validation loss/perplexity
 and optional greedy validation BLEU on the first ``val_bleu_sentences`` validation sentences.
+Throughput (tokens per second) is measured by ``callbacks.Throughput``.
 
 Its hyper-parameters are plain types (dicts of numbers and strings), so Lightning checkpoints
 load with ``torch.load(..., weights_only=True)``. The Transformer is ``self.model``; checkpoint
@@ -13,7 +14,6 @@ weights are therefore ``model.*`` (``checkpoints.MODEL_PREFIX``).
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import lightning as L
@@ -58,9 +58,6 @@ class TranslationModule(L.LightningModule):
         self.eps_ls = self.cfg.eps_ls
         # With fp16 mixed precision the GradScaler skips steps with inf gradients by design.
         self._check_grad_finite = resolve_precision(self.train_cfg) != "16-mixed"
-        self._reset_meters()
-        self.train_tokens = {"src": 0, "tgt": 0}
-        self.train_seconds = 0.0
         self.last_metrics: dict[str, float] = {}
 
     # --- forward and loss ----------------------------------------------------------------------
@@ -93,8 +90,6 @@ class TranslationModule(L.LightningModule):
         self.log("train/nll", nll, on_step=True)
         self.log("train/ppl", torch.exp(nll.clamp(max=50.0)), on_step=True)
         self.log("train/lr", self._current_lr(), on_step=True, prog_bar=True)
-        self._window_tokens["tgt"] += int(out.ntokens)
-        self._window_tokens["src"] += int((batch["src"] != self.pad_id).sum())
         self.last_metrics["train/loss"] = float(loss.detach())
         self.last_metrics["train/nll"] = float(nll)
         return loss
@@ -119,33 +114,6 @@ class TranslationModule(L.LightningModule):
                 "train.clip_grad_norm, then resume from the last good checkpoint"
             )
         self.log("train/grad_norm", norm, on_step=True)
-
-    def on_train_start(self) -> None:
-        self._reset_meters()
-
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        # Throughput over the last ``log_every_steps`` updates (all devices: the local rate
-        # times the world size; batches are balanced by max_tokens).
-        step = self.global_step
-        if step == self._window_step or step % self.train_cfg.log_every_steps:
-            return
-        now = time.perf_counter()
-        seconds = max(now - self._window_start, 1e-9)
-        world = self.trainer.world_size
-        rates = {f"{side}": self._window_tokens[side] * world / seconds for side in ("src", "tgt")}
-        for side in ("src", "tgt"):
-            self.train_tokens[side] += self._window_tokens[side] * world
-        self.train_seconds += seconds
-        self.log("train/tgt_tokens_per_s", rates["tgt"], on_step=True)
-        self.log("train/src_tokens_per_s", rates["src"], on_step=True)
-        self.last_metrics["train/tgt_tokens_per_s"] = rates["tgt"]
-        self._window_start, self._window_step = now, step
-        self._window_tokens = {"src": 0, "tgt": 0}
-
-    def _reset_meters(self) -> None:
-        self._window_start = time.perf_counter()
-        self._window_step = -1
-        self._window_tokens = {"src": 0, "tgt": 0}
 
     # --- validation ----------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader
 from transformer_nmt import checkpoints as ckpt_lib
 from transformer_nmt.data.datamodule import TranslationDataModule
 from transformer_nmt.errors import CheckpointError, ConfigError
-from transformer_nmt.training.callbacks import LogLines, StepCheckpoint, StepSeed
+from transformer_nmt.training.callbacks import LogLines, StepCheckpoint, StepSeed, Throughput
 
 log = logging.getLogger(__name__)
 
@@ -334,6 +334,7 @@ def build_trainer(
     all_callbacks: list[Callback] = [
         StepCheckpoint(run_dir / CHECKPOINT_DIR, cfg),
         StepSeed(cfg.seed),
+        Throughput(cfg.log_every_steps),
         LogLines(cfg.log_every_steps, cfg.max_steps),
         *callbacks,
     ]
