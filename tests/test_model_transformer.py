@@ -48,10 +48,13 @@ def test_sinusoidal_encoding_equals_closed_form():
             assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-12)
 
 
-def test_sinusoidal_module_grows_beyond_its_table():
+def test_sinusoidal_module_grows_beyond_its_table_and_is_not_state():
     module = SinusoidalPositions(d_model=6, initial_length=4)
     out = module(5, offset=7)  # positions 7..11, past the initial table
     torch.testing.assert_close(out, sinusoidal_encoding(12, 6)[7:12])
+    out64 = module(3, dtype=torch.float64)
+    torch.testing.assert_close(out64, sinusoidal_encoding(3, 6, dtype=torch.float64))
+    assert list(module.state_dict()) == [] and list(module.buffers()) == []
 
 
 @pytest.mark.parametrize("extra", [(), ("norm_first=true",), ("positional=learned",)])

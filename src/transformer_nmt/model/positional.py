@@ -23,25 +23,35 @@ def sinusoidal_encoding(length: int, d_model: int, *, dtype=torch.float32, devic
 
 
 class SinusoidalPositions(nn.Module):
-    """Adds nothing learnable; returns ``PE[offset : offset + length]`` for any length.
+    """Nothing learnable: returns ``PE[offset : offset + length]`` for any length.
 
-    The table is cached in a non-persistent buffer (not in the state dict) and grown on demand.
+    The table is cached per device and dtype as a plain attribute, not a buffer, so that it is
+    neither saved in checkpoints nor broadcast by DDP at every step; it grows on demand.
     """
 
     def __init__(self, d_model: int, initial_length: int = 1024) -> None:
         super().__init__()
         self.d_model = d_model
-        table = sinusoidal_encoding(initial_length, d_model)  # [initial_length, d_model]
-        self.register_buffer("table", table, persistent=False)
+        self.initial_length = initial_length
+        self._tables: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
 
-    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+    def forward(
+        self,
+        length: int,
+        offset: int = 0,
+        *,
+        device: torch.device | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> torch.Tensor:
+        device = torch.device("cpu") if device is None else torch.device(device)
         end = offset + length
-        if end > self.table.shape[0]:
-            grown = max(end, 2 * self.table.shape[0])
-            self.table = sinusoidal_encoding(grown, self.d_model, device=self.table.device).to(
-                self.table.dtype
-            )
-        return self.table[offset:end]  # [length, d_model]
+        table = self._tables.get((device, dtype))
+        if table is None or end > table.shape[0]:
+            size = max(end, self.initial_length, 0 if table is None else 2 * table.shape[0])
+            # float64 on the CPU (every backend has it), then cast and move once
+            table = sinusoidal_encoding(size, self.d_model, dtype=torch.float64).to(device, dtype)
+            self._tables[(device, dtype)] = table
+        return table[offset:end]  # [length, d_model]
 
 
 class LearnedPositions(nn.Module):
@@ -54,7 +64,7 @@ class LearnedPositions(nn.Module):
         # Same scale as the token embeddings (N(0, d_model^-0.5)), as fairseq does.
         nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
 
-    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+    def forward(self, length: int, offset: int = 0, **_: object) -> torch.Tensor:
         end = offset + length
         if end > self.max_positions:
             raise ValueError(

@@ -147,11 +147,13 @@ class Transformer(nn.Module):
 
     def embed_source(self, src: torch.Tensor) -> torch.Tensor:
         x = self.src_embed(src) * self.embed_scale  # [B, S, d_model]
-        return self.dropout(x + self.src_pos(src.shape[1]))
+        pe = self.src_pos(src.shape[1], device=x.device, dtype=x.dtype)  # [S, d_model]
+        return self.dropout(x + pe)
 
     def embed_target(self, tgt: torch.Tensor, offset: int = 0) -> torch.Tensor:
         x = self._target_embedding()(tgt) * self.embed_scale  # [B, T, d_model]
-        return self.dropout(x + self.tgt_pos(tgt.shape[1], offset))
+        pe = self.tgt_pos(tgt.shape[1], offset, device=x.device, dtype=x.dtype)  # [T, d_model]
+        return self.dropout(x + pe)
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         """§3.4 pre-softmax linear transformation: [B, T, d_model] -> logits [B, T, V_tgt]."""
