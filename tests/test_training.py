@@ -324,6 +324,34 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(
     assert not (run / "train_summary.json").exists()
 
 
+def test_nan_gradient_stops_before_the_optimizer_step(
+    corpus: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from transformer_nmt.training.module import TranslationModule
+
+    original = TranslationModule._loss
+
+    def poisoned(self, batch):
+        out = original(self, batch)
+        if self.global_step >= 7:  # finite loss, NaN gradient: 0 * d/dx sqrt(x) at x = 0
+            w = self.model.src_embed.weight[4, 0]
+            out.loss = out.loss + 0.0 * torch.sqrt(w * 0.0)
+        return out
+
+    monkeypatch.setattr(TranslationModule, "_loss", poisoned)
+    run = tmp_path / "run"
+    assert main(train_argv(corpus, run, max_steps=20)) == 2
+    err = capsys.readouterr().err
+    assert "non-finite gradient norm" in err and "at step 8" in err
+    kept = list_checkpoints(run / "checkpoints")
+    assert [p.name for p in kept] == ["step=00000005.ckpt"]
+    for value in load_checkpoint(kept[-1])["state_dict"].values():
+        assert torch.isfinite(value).all()
+
+
 def test_mlflow_tracking_of_a_training_run(
     corpus: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

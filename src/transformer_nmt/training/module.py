@@ -104,9 +104,7 @@ class TranslationModule(L.LightningModule):
         grads = [p.grad.detach() for p in self.parameters() if p.grad is not None]
         if not grads:
             return
-        norm = torch.linalg.vector_norm(
-            torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
-        )
+        norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)  # foreach kernels
         if self._check_grad_finite and not bool(torch.isfinite(norm)):
             raise NonFiniteLossError(
                 f"non-finite gradient norm ({float(norm)}) at step {self.global_step + 1}; "
@@ -166,8 +164,12 @@ class TranslationModule(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         cfg = self.train_cfg
+        # Lightning has moved the model to its device by now: fused Adam on GPUs (speed only).
         optimizer = build_optimizer(
-            self.parameters(), betas=tuple(cfg.adam_betas), eps=cfg.adam_eps
+            self.parameters(),
+            betas=tuple(cfg.adam_betas),
+            eps=cfg.adam_eps,
+            fused=True if self.device.type == "cuda" else None,
         )
         scheduler = build_scheduler(
             optimizer, d_model=self.cfg.d_model, warmup=cfg.warmup, scale=cfg.lr_scale
