@@ -414,3 +414,17 @@ def test_two_process_ddp_disjoint_batches_and_single_checkpoints(
     assert files == ["step=00000003.ckpt", "step=00000006.ckpt"]
     summary = json.loads((run / "train_summary.json").read_text())
     assert summary["world_size"] == 2 and summary["final_step"] == 6
+
+
+@pytest.mark.gpu
+def test_gpu_training_uses_bf16_mixed_and_keeps_fp32_weights(
+    corpus: dict[str, Path], tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    assert main(train_argv(corpus, run, max_steps=5, accelerator="auto", precision="auto")) == 0
+    summary = json.loads((run / "train_summary.json").read_text())
+    assert summary["precision"] == "bf16-mixed"
+    assert math.isfinite(summary["metrics"]["train/loss"])
+    ckpt = load_checkpoint(run / "checkpoints" / "step=00000005.ckpt")
+    for value in ckpt["state_dict"].values():
+        assert value.dtype == torch.float32 and torch.isfinite(value).all()
