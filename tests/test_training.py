@@ -383,6 +383,33 @@ def test_mlflow_tracking_of_a_training_run(
     assert {"data", "train_summary.json"} <= artifacts
 
 
+def test_mlflow_logger_shifts_steps_and_survives_a_tracking_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from transformer_nmt.training.callbacks import StageRunLogger
+
+    class FakeRun:
+        run_id = "r1"
+
+        def __init__(self) -> None:
+            self.logged: list[tuple[dict, int | None]] = []
+            self.down = False
+
+        def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+            if self.down:
+                raise ConnectionError("tracking server unreachable")
+            self.logged.append((metrics, step))
+
+    run = FakeRun()
+    logger = StageRunLogger(run)
+    logger.log_metrics({"train/loss": torch.tensor(2.5), "epoch": 0.0}, step=4)
+    assert run.logged == [({"train/loss": 2.5}, 5)]
+    run.down = True
+    with caplog.at_level(logging.WARNING):
+        logger.log_metrics({"train/loss": 2.0}, step=9)
+    assert "could not log metrics at step 9" in caplog.text
+
+
 # --- distributed -------------------------------------------------------------------------------
 
 

@@ -173,7 +173,12 @@ class StageRunLogger(Logger):
             # Lightning passes the number of updates done *before* the current one (0-based,
             # also for validation inside it); MLflow gets the update count after it, so that
             # the loss of update k and the validation after it are logged at step k.
-            self._run.log_metrics(values, step=None if step is None else step + 1)
+            try:
+                self._run.log_metrics(values, step=None if step is None else step + 1)
+            except Exception as err:  # a tracking outage must not kill a training run
+                # (a locked SQLite store is retried inside log_metrics; this is anything else,
+                # e.g. an unreachable tracking server). Loud, but training goes on.
+                log.warning("MLflow: could not log metrics at step %s: %s", step, err)
 
 
 class BatchTrace(Callback):
