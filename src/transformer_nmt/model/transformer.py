@@ -31,6 +31,16 @@ from transformer_nmt.model.layers import DecoderLayer, EncoderLayer, LayerCache
 from transformer_nmt.model.positional import LearnedPositions, SinusoidalPositions
 
 
+def key_padding_mask(token_mask: torch.Tensor) -> torch.Tensor:
+    """``token_mask`` [B, L] (True = real token) -> attention mask [B, 1, 1, L] over keys.
+
+    A row without any token (an empty sentence) may attend everywhere instead, so that softmax
+    never sees an all-masked row (which gives NaN); its output is meaningless but finite.
+    """
+    mask = token_mask | ~token_mask.any(dim=-1, keepdim=True)  # [B, L]
+    return mask[:, None, None, :]  # [B, 1, 1, L]
+
+
 @dataclass
 class EncoderOutput:
     """``memory`` [B, S, d_model] and ``src_mask`` [B, S] (True = real token, False = padding)."""
@@ -43,14 +53,8 @@ class EncoderOutput:
         return EncoderOutput(memory, self.src_mask.index_select(0, index))
 
     def attn_mask(self) -> torch.Tensor:
-        """Key padding mask for attention over the source, [B, 1, 1, S] (True = may attend).
-
-        A source row without any token (empty sentence) may attend everywhere instead, so that
-        softmax never sees an all-masked row (which would give NaN); its output is meaningless
-        but finite.
-        """
-        mask = self.src_mask | ~self.src_mask.any(dim=-1, keepdim=True)  # [B, S]
-        return mask[:, None, None, :]  # [B, 1, 1, S]
+        """Key padding mask for attention over the source, [B, 1, 1, S] (True = may attend)."""
+        return key_padding_mask(self.src_mask)
 
 
 @dataclass
@@ -165,15 +169,14 @@ class Transformer(nn.Module):
 
     def encode(self, src: torch.Tensor) -> EncoderOutput:
         """``src`` [B, S] long (padded with ``pad_id``) -> ``EncoderOutput``."""
-        enc = EncoderOutput(memory=src.new_empty(0), src_mask=src != self.pad_id)  # [B, S]
-        attn_mask = enc.attn_mask()  # [B, 1, 1, S]
+        src_mask = src != self.pad_id  # [B, S]
+        attn_mask = key_padding_mask(src_mask)  # [B, 1, 1, S]
         x = self.embed_source(src)
         for layer in self.encoder_layers:
             x = layer(x, attn_mask)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
-        enc.memory = x
-        return enc
+        return EncoderOutput(memory=x, src_mask=src_mask)
 
     # --- decoder: all positions at once (training, scoring) -----------------------------------
 
@@ -192,9 +195,8 @@ class Transformer(nn.Module):
         """
         t = tgt_in.shape[1]
         causal = torch.ones(t, t, dtype=torch.bool, device=tgt_in.device).tril()  # [T, T]
-        tgt_keys = (tgt_in != self.pad_id)[:, None, None, :]  # [B, 1, 1, T]
-        # Position i attends to keys j <= i that are not padding. Row 0 (BOS) always has itself.
-        self_mask = causal[None, None] & (tgt_keys | ~tgt_keys.any(dim=-1, keepdim=True))
+        # Position i attends to keys j <= i that are not padding (BOS at j = 0 always qualifies).
+        self_mask = causal[None, None] & key_padding_mask(tgt_in != self.pad_id)  # [B, 1, T, T]
         cross_mask = enc.attn_mask()
         x = self.embed_target(tgt_in)
         weights = None
