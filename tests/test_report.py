@@ -116,3 +116,26 @@ def test_cli_writes_report_and_fails_cleanly(tmp_path: Path) -> None:
     missing = tmp_path / "runs" / "x" / "missing.scores.json"
     assert main(["report", "--scores", str(missing), "--out", str(out2)]) == 2
     assert not out2.exists()
+
+
+def test_cli_logs_the_report_into_every_experiments_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    paths = [
+        _scores(tmp_path / "runs" / "wmt_big", "newstest2014", 27.0),
+        _scores(tmp_path / "runs" / "m30k", "test_2016_flickr", 30.0),
+    ]
+    out = tmp_path / "report.md"
+    experiments = {k: EXPERIMENTS[k] for k in ("wmt_big", "m30k")}
+    args = ["report", "--scores", *map(str, paths), "--out", str(out)]
+    assert main([*args, "--experiments", json.dumps(experiments), "--mlflow"]) == 0
+    client = MlflowClient(tracking_uri=uri)
+    for name, info in experiments.items():
+        experiment = client.get_experiment_by_name(f"{info['dataset']}_{info['pair']}")
+        (run,) = client.search_runs([experiment.experiment_id])
+        assert run.info.run_name == name
+        assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["report.md"]

@@ -151,7 +151,7 @@ def test_mlflow_holds_one_run_per_experiment(pipeline: dict[str, Any]) -> None:
             assert params[f"translate.{test_set}.beam"] == "2"
         assert any("loss" in k for k in metrics)
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert {"scores", "hypotheses"} <= artifacts
+        assert {"scores", "hypotheses", "report.md"} <= artifacts
         scores = {a.path for a in client.list_artifacts(run.info.run_id, "scores")}
         assert scores == {f"scores/{t}.scores.json" for t in exp["test_sets"]}
 

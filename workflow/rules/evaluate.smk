@@ -57,4 +57,4 @@ rule report:
         "results/benchmarks/report.tsv"
     shell:
         "python -m transformer_nmt report --scores {input:q} --out {output.report:q}"
-        " --experiments {params.experiments:q} > {log:q} 2>&1"
+        " --experiments {params.experiments:q} --mlflow > {log:q} 2>&1"

@@ -27,6 +27,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help='JSON: {"<experiment>": {"dataset": ..., "pair": "en-de", "preset": "base"}}; '
         "puts the paper's Table 2 number beside WMT14 base/big rows",
     )
+    parser.add_argument(
+        "--mlflow",
+        action="store_true",
+        help="log the report as an artifact into the MLflow run of every experiment in "
+        "--experiments (MLflow experiment <dataset>_<pair>, run <experiment>)",
+    )
 
 
 def _parse_experiments(text: str) -> dict[str, dict[str, str]]:
@@ -36,6 +42,10 @@ def _parse_experiments(text: str) -> dict[str, dict[str, str]]:
         raise ConfigError(f"--experiments: not valid JSON ({err})") from err
     if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
         raise ConfigError("--experiments: expected a JSON object of objects, one per experiment")
+    for name, info in value.items():
+        for key in ("dataset", "pair"):
+            if not isinstance(info.get(key), str):
+                raise ConfigError(f"--experiments: {name!r} has no {key!r}")
     return value
 
 
@@ -45,4 +55,11 @@ def run(args: argparse.Namespace) -> int:
     with atomic_open(args.out) as handle:
         handle.write(text)
     log.info("wrote %s (%d score files)", args.out, len(args.scores))
+    if args.mlflow:
+        from transformer_nmt import tracking
+
+        for name, info in sorted(experiments.items()):
+            mlflow_experiment = f"{info['dataset']}_{info['pair']}"
+            with tracking.stage_run(mlflow_experiment, name, "report") as tracked:
+                tracked.log_artifact(args.out)
     return 0
