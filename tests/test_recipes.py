@@ -115,6 +115,11 @@ def test_dry_run_of_the_default_plans_the_whole_dag(tmp_path: Path) -> None:
     result = _dry_run(tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout + result.stderr
+    # The checkpoints are not an output: Snakemake deletes a failed job's outputs, and a rerun
+    # must resume from them.
+    train_block = out[out.index("rule train:") :].split("Shell command")[0]
+    (outputs,) = re.findall(r"^\s+output: (.*)$", train_block, re.M)
+    assert outputs == "results/runs/multi30k_en_de_tiny/train_summary.json"
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
     assert counts == {
         "download_multi30k": "1", "prepare_multi30k_en_de": "1", "spm_train": "1",
