@@ -160,6 +160,28 @@ def test_cpu_resolution_is_fp32_and_ddp_with_two_processes() -> None:
     assert isinstance(ddp, DDPStrategy) and ddp._process_group_backend == "gloo"
 
 
+def test_slurm_jobs_leave_requeueing_to_snakemake(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    from transformer_nmt.training.trainer import build_trainer
+
+    for key, value in {
+        "SLURM_NTASKS": "1",
+        "SLURM_JOB_NAME": "train",
+        "SLURM_NODELIST": "node1",
+        "SLURM_JOB_ID": "42",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+    }.items():
+        monkeypatch.setenv(key, value)
+    trainer = build_trainer(TrainConfig(accelerator="cpu", max_steps=3), tmp_path)
+    env = trainer._accelerator_connector.cluster_environment
+    assert isinstance(env, SLURMEnvironment) and env.auto_requeue is False
+
+
 def test_cli_unknown_train_or_model_key_is_a_clear_error(
     corpus: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -350,6 +372,32 @@ def test_nan_gradient_stops_before_the_optimizer_step(
     assert [p.name for p in kept] == ["step=00000005.ckpt"]
     for value in load_checkpoint(kept[-1])["state_dict"].values():
         assert torch.isfinite(value).all()
+
+
+def test_a_run_stopped_early_writes_no_summary_and_says_how_to_resume(
+    corpus: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from transformer_nmt.training.module import TranslationModule
+
+    original = TranslationModule.training_step
+
+    def stopping(self, batch, batch_idx):
+        if self.global_step == 7:
+            self.trainer.should_stop = True  # as an early-stopping callback or a signal would
+        return original(self, batch, batch_idx)
+
+    monkeypatch.setattr(TranslationModule, "training_step", stopping)
+    run = tmp_path / "run"
+    assert main(train_argv(corpus, run, max_steps=20)) == 2
+    err = capsys.readouterr().err
+    assert "before max_steps=20" in err and "newest checkpoint: step=00000005.ckpt" in err
+    assert not (run / "train_summary.json").exists()
+    monkeypatch.setattr(TranslationModule, "training_step", original)
+    assert main(train_argv(corpus, run, max_steps=20)) == 0
+    assert json.loads((run / "train_summary.json").read_text())["final_step"] == 20
 
 
 def test_mlflow_tracking_of_a_training_run(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer_nmt import tracking
-from transformer_nmt.errors import ConfigError
+from transformer_nmt.errors import ConfigError, UserFacingError
 
 log = logging.getLogger(__name__)
 
@@ -188,10 +188,12 @@ def train(args, model_cfg, train_cfg, vocab, mlrun) -> dict[str, Any] | None:
         kept = [p.name for p in _list(ckpt_dir)]
         last = kept[-1] if kept else "none (no checkpoint was written yet)"
         raise NonFiniteLossError(f"{err}; last good checkpoint: {last}") from err
-    if trainer.global_step < train_cfg.max_steps:
-        raise RuntimeError(
+    if trainer.global_step < train_cfg.max_steps:  # e.g. Ctrl-C: Lightning returns from fit
+        kept = [p.name for p in _list(ckpt_dir)]
+        raise TrainingInterrupted(
             f"training stopped at step {trainer.global_step} before max_steps="
-            f"{train_cfg.max_steps} (interrupted?); run again to resume"
+            f"{train_cfg.max_steps} (interrupted); newest checkpoint: "
+            f"{kept[-1] if kept else 'none'}; run the same command again to resume"
         )
     if not trainer.is_global_zero:
         return None
@@ -213,6 +215,10 @@ def train(args, model_cfg, train_cfg, vocab, mlrun) -> dict[str, Any] | None:
     write_json(summary_path, summary)
     log.info("wrote %s (final step %d)", summary_path, trainer.global_step)
     return summary
+
+
+class TrainingInterrupted(UserFacingError):
+    """Training ended before max_steps without an error (interrupted): no summary is written."""
 
 
 def rank_zero() -> bool:

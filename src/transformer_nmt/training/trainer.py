@@ -30,6 +30,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader
 
@@ -331,6 +332,10 @@ def build_trainer(
 ) -> L.Trainer:
     """A ``lightning.Trainer`` from ``cfg``: checkpoints in ``<run_dir>/checkpoints``."""
     strategy = resolve_strategy(cfg)
+    # Under SLURM, Snakemake's executor owns resubmission and a rerun resumes from checkpoints/
+    # (find_resume_point): Lightning's own requeue on SIGUSR1, with its hpc_ckpt_*.ckpt files
+    # (which it would also prefer on resume), stays off.
+    plugins = [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None
     all_callbacks: list[Callback] = [
         StepCheckpoint(run_dir / CHECKPOINT_DIR, cfg),
         StepSeed(cfg.seed),
@@ -343,6 +348,7 @@ def build_trainer(
         devices=resolve_devices(cfg),
         num_nodes=cfg.num_nodes,
         strategy=strategy,
+        plugins=plugins,
         precision=resolve_precision(cfg),
         max_steps=cfg.max_steps,
         max_epochs=-1,
