@@ -468,7 +468,15 @@ def test_two_process_ddp_disjoint_batches_and_single_checkpoints(
     run = tmp_path / "run"
     env = {**os.environ, "TRANSFORMER_NMT_TRACE_BATCHES": str(run / "trace")}
     env["PYTHONPATH"] = str(REPO_ROOT / "src")
-    argv = train_argv(corpus, run, max_steps=6, devices=2, checkpoint_every_steps=3)
+    argv = train_argv(
+        corpus,
+        run,
+        max_steps=6,
+        devices=2,
+        checkpoint_every_steps=3,
+        val_every_steps=3,
+        val_bleu_sentences=4,
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "transformer_nmt", *argv],
         env=env,
@@ -489,6 +497,9 @@ def test_two_process_ddp_disjoint_batches_and_single_checkpoints(
     assert files == ["step=00000003.ckpt", "step=00000006.ckpt"]
     summary = json.loads((run / "train_summary.json").read_text())
     assert summary["world_size"] == 2 and summary["final_step"] == 6
+    # Validation sums are reduced over both ranks; BLEU is computed on rank 0 and broadcast.
+    assert math.isfinite(summary["metrics"]["val/loss"])
+    assert 0.0 <= summary["metrics"]["val/bleu"] <= 100.0
 
 
 @pytest.mark.gpu
