@@ -210,3 +210,10 @@ def test_collate_handles_empty_sentences():
     batch = collate_pairs([np.array([], dtype=np.uint16)], [np.array([7])], [0])
     assert batch["src"].tolist() == [[EOS_ID]]
     assert batch["tgt_in"].tolist() == [[BOS_ID, 7]]
+
+
+def test_cut_is_the_same_whatever_the_chunking():
+    from transformer_nmt.data.sampler import _cut_batches
+
+    widths = np.sort(np.random.default_rng(3).integers(2, 90, size=1000)).astype(np.int32)
+    assert np.array_equal(_cut_batches(widths, 700, chunk=7), _cut_batches(widths, 700))
