@@ -29,6 +29,7 @@ if not workflow.overwrite_configfiles:
 
 validate(config, "workflow/schemas/config.schema.yaml")
 P = Pipeline(config, REPO)
+os.environ["TRANSFORMER_NMT_REGISTRY"] = P.registry_path
 if P.mirror():
     # The download stage reads the mirror from the environment: where the files come from is
     # not a param, so switching between a mirror and the URLs re-runs nothing (sha256-verified).

@@ -193,3 +193,21 @@ def test_changing_the_vocabulary_reruns_everything_after_cleaning(
     assert "download_multi30k" not in jobs and "prepare_multi30k_en_de" not in jobs
     assert jobs["spm_train"] == 1 and jobs["encode"] == 4 and jobs["train"] == 2
     assert jobs["translate"] == 3 and jobs["score"] == 3
+
+
+def test_moving_the_registry_or_editing_another_pair_reruns_nothing(
+    pipeline: dict[str, Any],
+) -> None:
+    registry = yaml.safe_load((REPO_ROOT / "config" / "datasets.yaml").read_text(encoding="utf-8"))
+    registry["multi30k"]["pairs"]["en-fr"]["splits"]["train"][0]["name"] = "renamed_corpus"
+    moved = pipeline["workdir"] / "elsewhere" / "datasets.yaml"
+    moved.parent.mkdir(exist_ok=True)
+    moved.write_text(yaml.safe_dump(registry), encoding="utf-8")
+    config = copy.deepcopy(pipeline["config"])
+    config["registry"] = str(moved)
+    assert _planned_jobs(_snakemake(pipeline["workdir"], config, "-n")) == {}
+    # ... but a change to the en-de pair's entry re-runs its preparation and what follows.
+    registry["multi30k"]["pairs"]["en-de"]["splits"]["train"][0]["name"] = "renamed_corpus"
+    moved.write_text(yaml.safe_dump(registry), encoding="utf-8")
+    jobs = _planned_jobs(_snakemake(pipeline["workdir"], config, "-n"))
+    assert "download_multi30k" not in jobs and jobs["prepare_multi30k_en_de"] == 1

@@ -134,7 +134,19 @@ class Pipeline:
         return [f"resources/{dataset}/{name}" for name in self.registry[dataset]["files"]]
 
     def registry_entry_json(self, dataset: str) -> str:
-        return _json(self.registry[dataset])
+        """The dataset's files (URLs, sha256): a change re-runs its download."""
+        return _json(self.registry[dataset]["files"])
+
+    def registry_pair_json(self, dataset: str, pair: str) -> str:
+        """What prepare reads of the registry for one pair: its files, splits and test sets."""
+        entry = self.registry[dataset]
+        return _json(
+            {
+                "files": entry["files"],
+                "pair": entry["pairs"][pair],
+                "test_splits": entry.get("test_splits", []),
+            }
+        )
 
     def splits(self, dataset: str, pair: str) -> list[str]:
         return list(self.registry[dataset]["pairs"][pair]["splits"])

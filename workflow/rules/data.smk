@@ -2,6 +2,8 @@
 # Shared by every experiment on a dataset pair; not tracked in MLflow (they belong to no single
 # experiment): the train stage logs the cleaning report, the vocabulary and their checksums.
 # download and prepare are generated per dataset / pair: their outputs are the registry's files.
+# The registry's location comes from the environment (set by the Snakefile), its content through
+# params: moving the checkout re-runs nothing, changing a dataset's entry re-runs its stages.
 
 for _dataset in P.datasets():
 
@@ -11,9 +13,8 @@ for _dataset in P.datasets():
         output:
             P.raw_files(_dataset),
         params:
-            # the dataset's registry entry: a changed URL or checksum re-runs the download
+            # the dataset's files in the registry: a changed URL or checksum re-runs the download
             entry=P.registry_entry_json(_dataset),
-            registry=P.registry_path,
             out_dir=f"resources/{_dataset}",
             dataset=_dataset,
         log:
@@ -22,7 +23,7 @@ for _dataset in P.datasets():
             f"results/benchmarks/download/{_dataset}.tsv"
         retries: 2
         shell:
-            "python -m transformer_nmt download --registry {params.registry:q}"
+            'python -m transformer_nmt download --registry "$TRANSFORMER_NMT_REGISTRY"'
             " --dataset {params.dataset} --out-dir {params.out_dir:q}"
             " > {log:q} 2>&1"
 
@@ -39,8 +40,7 @@ for _dataset, _pair in P.data_pairs():
             report=f"results/data/{_dataset}/{_pair}/clean_report.json",
         params:
             clean=P.json(P.data_settings(_dataset, _pair)["clean"]),
-            entry=P.registry_entry_json(_dataset),
-            registry=P.registry_path,
+            entry=P.registry_pair_json(_dataset, _pair),
             raw_dir=f"resources/{_dataset}",
             out_dir=f"results/data/{_dataset}/{_pair}",
             dataset=_dataset,
@@ -50,7 +50,7 @@ for _dataset, _pair in P.data_pairs():
         benchmark:
             f"results/benchmarks/prepare/{_dataset}_{_pair}.tsv"
         shell:
-            "python -m transformer_nmt prepare --registry {params.registry:q}"
+            'python -m transformer_nmt prepare --registry "$TRANSFORMER_NMT_REGISTRY"'
             " --dataset {params.dataset} --pair {params.pair} --raw-dir {params.raw_dir:q}"
             " --out-dir {params.out_dir:q} --clean {params.clean:q} > {log:q} 2>&1"
 
