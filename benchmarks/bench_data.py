@@ -10,6 +10,7 @@ drop them at will, so the anonymous part is reported too.
 
     python benchmarks/bench_data.py                 # full size (4.5M pairs)
     python benchmarks/bench_data.py --pairs 200000  # quick run
+    python benchmarks/bench_data.py --loader-only   # the loader alone on 4.5M pairs of arrays
 
 Prints a table and writes benchmarks/out/data.json. Targets (issue 3): encode < 2 GiB, loader
 < 1 GiB, loader tokens/s far above the ~300k tokens/s one H100 trains on.
@@ -140,6 +141,87 @@ def make_corpus(raw: Path, pairs: int, seed: int, words_per_side: float) -> None
                 dst.write(src.readline())
 
 
+def write_token_arrays(bin_dir: Path, pairs: int, mean_tokens: float, vocab_size: int) -> int:
+    """``--loader-only``: train.{en,de} token arrays shaped like the encoded corpus, directly."""
+    from transformer_nmt.data.token_array import TokenArrayWriter
+
+    rng = np.random.default_rng(0)
+    total = 0
+    for lang in ("en", "de"):
+        with TokenArrayWriter(bin_dir / f"train.{lang}", vocab_size) as writer:
+            for start in range(0, pairs, 500_000):
+                n = min(500_000, pairs - start)
+                lengths = np.clip(rng.normal(mean_tokens, 12, size=n), 1, 250).astype(np.int64)
+                writer.write_flat(rng.integers(4, vocab_size, size=int(lengths.sum())), lengths)
+                total += int(lengths.sum())
+    return total
+
+
+def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path]:
+    """generate -> prepare -> spm-train -> encode; returns (stages, facts, bin_dir)."""
+    raw, data, spm_dir, bin_dir = (root / d for d in ("raw", "data", "spm", "bin"))
+    raw.mkdir()
+    print(f"generating {args.pairs:,} synthetic pairs ...", flush=True)
+    t0 = time.perf_counter()
+    make_corpus(raw, args.pairs, seed=0, words_per_side=args.words)
+    facts: dict = {"generate_seconds": time.perf_counter() - t0}
+    corpus = {
+        "name": "synthetic",
+        "en": {"file": "train.en", "format": "text"},
+        "de": {"file": "train.de", "format": "text"},
+    }
+    valid = {
+        "name": "synthetic_valid",
+        "en": {"file": "valid.en", "format": "text"},
+        "de": {"file": "valid.de", "format": "text"},
+    }
+    files = {f.name: {"url": f"file://{f}", "sha256": None} for f in sorted(raw.iterdir())}
+    splits = {"train": [corpus], "valid": [valid]}
+    registry = root / "datasets.yaml"
+    registry.write_text(
+        yaml.safe_dump({"synth": {"files": files, "pairs": {"en-de": {"splits": splits}}}})
+    )
+    # record the sums as the download stage would have
+    from transformer_nmt.data.vocab import sha256_file
+
+    lock = {f.name: sha256_file(f) for f in raw.iterdir()}
+    (raw / "checksums.lock.json").write_text(json.dumps(lock))
+
+    py = [sys.executable, "-m", "transformer_nmt"]
+    stages = {}
+    stages["prepare"] = run_stage(
+        "prepare",
+        py
+        + ["prepare", "--registry", str(registry), "--dataset", "synth", "--pair", "en-de"]
+        + ["--raw-dir", str(raw), "--out-dir", str(data)],
+    )
+    report = json.loads((data / "clean_report.json").read_text())
+    facts["kept_after_cleaning"] = kept = report["splits"]["train"]["kept"]
+    stages["spm_train"] = run_stage(
+        "spm-train",
+        py
+        + ["spm-train", "--inputs", str(data / "train.en"), str(data / "train.de")]
+        + ["--vocab-size", str(args.vocab_size), "--sample-sentences", str(args.spm_sample)]
+        + ["--seed", "1", "--model-prefix", str(spm_dir / "spm")],
+    )
+    texts = [str(data / f"{s}.{lang}") for s in ("train", "valid") for lang in ("en", "de")]
+    stages["encode"] = run_stage(
+        "encode",
+        py
+        + ["encode", "--spm-model", str(spm_dir / "spm.model"), "--inputs", *texts]
+        + ["--out-dir", str(bin_dir), "--workers", str(args.workers)],
+    )
+    facts["prepare_pairs_per_s"] = args.pairs / stages["prepare"]["seconds"]
+    facts["encode_sentences_per_s"] = 2 * (kept + 3000) / stages["encode"]["seconds"]
+    facts["train_tokens_both_sides"] = int(
+        sum(
+            np.load(bin_dir / f"train.{lang}.tokens.npy", mmap_mode="r").shape[0]
+            for lang in ("en", "de")
+        )
+    )
+    return stages, facts, bin_dir
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=4_500_000)
@@ -149,74 +231,24 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--loader-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--loader-only",
+        action="store_true",
+        help="skip prepare/spm/encode: write token arrays of the encoded corpus's shape "
+        "(--pairs pairs, ~29 tokens per side as SentencePiece gives the synthetic text) and "
+        "measure the loader alone",
+    )
     parser.add_argument("--work-dir", default=None, help="default: a temporary directory")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
         root = Path(tmp)
-        raw, data, spm_dir, bin_dir = (root / d for d in ("raw", "data", "spm", "bin"))
-        raw.mkdir()
-        print(f"generating {args.pairs:,} synthetic pairs ...", flush=True)
-        t0 = time.perf_counter()
-        make_corpus(raw, args.pairs, seed=0, words_per_side=args.words)
-        gen_s = time.perf_counter() - t0
-        corpus = {
-            "name": "synthetic",
-            "en": {"file": "train.en", "format": "text"},
-            "de": {"file": "train.de", "format": "text"},
-        }
-        valid = {
-            "name": "synthetic_valid",
-            "en": {"file": "valid.en", "format": "text"},
-            "de": {"file": "valid.de", "format": "text"},
-        }
-        files = {f.name: {"url": f"file://{f}", "sha256": None} for f in sorted(raw.iterdir())}
-        registry = root / "datasets.yaml"
-        registry.write_text(
-            yaml.safe_dump(
-                {
-                    "synth": {
-                        "files": files,
-                        "pairs": {"en-de": {"splits": {"train": [corpus], "valid": [valid]}}},
-                    }
-                }
-            )
-        )
-        # record the sums as the download stage would have
-        from transformer_nmt.data.vocab import sha256_file
-
-        lock = {f.name: sha256_file(f) for f in raw.iterdir()}
-        (raw / "checksums.lock.json").write_text(json.dumps(lock))
-
-        py = [sys.executable, "-m", "transformer_nmt"]
-        stages = {}
-        stages["prepare"] = run_stage(
-            "prepare",
-            py
-            + ["prepare", "--registry", str(registry), "--dataset", "synth", "--pair", "en-de"]
-            + ["--raw-dir", str(raw), "--out-dir", str(data)],
-        )
-        report = json.loads((data / "clean_report.json").read_text())
-        kept = report["splits"]["train"]["kept"]
-        stages["spm_train"] = run_stage(
-            "spm-train",
-            py
-            + ["spm-train", "--inputs", str(data / "train.en"), str(data / "train.de")]
-            + ["--vocab-size", str(args.vocab_size), "--sample-sentences", str(args.spm_sample)]
-            + ["--seed", "1", "--model-prefix", str(spm_dir / "spm")],
-        )
-        texts = [str(data / f"{s}.{lang}") for s in ("train", "valid") for lang in ("en", "de")]
-        stages["encode"] = run_stage(
-            "encode",
-            py
-            + ["encode", "--spm-model", str(spm_dir / "spm.model"), "--inputs", *texts]
-            + ["--out-dir", str(bin_dir), "--workers", str(args.workers)],
-        )
-        encoded_sentences = 2 * (kept + 3000)
-        tokens = sum(
-            np.load(bin_dir / f"train.{lang}.tokens.npy", mmap_mode="r").shape[0]
-            for lang in ("en", "de")
-        )
+        if args.loader_only:
+            bin_dir = root / "bin"
+            tokens = write_token_arrays(bin_dir, args.pairs, 29.0, args.vocab_size)
+            stages, facts = {}, {"train_tokens_both_sides": tokens}
+        else:
+            stages, facts, bin_dir = run_pipeline(args, root)
         loaders = {}
         for workers in (0, 2):
             name = f"loader_workers{workers}"
@@ -231,13 +263,9 @@ def main() -> int:
 
     results = {
         "pairs": args.pairs,
-        "kept_after_cleaning": kept,
-        "train_tokens_both_sides": int(tokens),
         "cpu_cores": len(os.sched_getaffinity(0)),
-        "generate_seconds": gen_s,
+        **facts,
         "stages": stages,
-        "encode_sentences_per_s": encoded_sentences / stages["encode"]["seconds"],
-        "prepare_pairs_per_s": args.pairs / stages["prepare"]["seconds"],
         "loaders": {
             name: {
                 **r,
@@ -254,6 +282,7 @@ def main() -> int:
     (OUT / "data.json").write_text(json.dumps(results, indent=2) + "\n")
 
     gib = 2**30
+    tokens = results["train_tokens_both_sides"]
     print(f"\nWMT14 EN-DE-shaped synthetic corpus: {args.pairs:,} pairs, {tokens:,} train tokens")
     print(f"{'stage':<18}{'seconds':>9}{'peak PSS GiB':>14}{'anon GiB':>10}  throughput")
     for name, s in stages.items():
