@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -148,6 +149,7 @@ def main() -> None:
     parser.add_argument("--skip-cpu", action="store_true")
     args = parser.parse_args()
 
+    load_before = os.getloadavg()[0]  # other processes on the machine skew CPU numbers
     rows = []
     if not args.skip_cpu:
         for preset in args.presets:
@@ -193,9 +195,12 @@ def main() -> None:
         "torch": torch.__version__,
         "machine": platform.machine(),
         "cpu_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "load_average_1min": [load_before, os.getloadavg()[0]],
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
     }
     OUT.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    print(f"1-min load average before/after: {load_before:.2f} / {os.getloadavg()[0]:.2f}")
     print(f"wrote {OUT}")
 
 
