@@ -514,3 +514,48 @@ def test_gpu_training_uses_bf16_mixed_and_keeps_fp32_weights(
     ckpt = load_checkpoint(run / "checkpoints" / "step=00000005.ckpt")
     for value in ckpt["state_dict"].values():
         assert value.dtype == torch.float32 and torch.isfinite(value).all()
+
+
+@pytest.mark.slow
+def test_killed_job_resumes_from_its_newest_checkpoint(
+    corpus: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGKILL a training process after its second checkpoint, then run it again."""
+    import time
+
+    run = tmp_path / "run"
+    ckpt_dir = run / "checkpoints"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    argv = train_argv(corpus, run, max_steps=10_000, keep_checkpoints=50)
+    with open(tmp_path / "killed.log", "w") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "transformer_nmt", *argv],
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 240
+        while len(list_checkpoints(ckpt_dir)) < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-2000:]
+            time.sleep(0.2)
+        proc.kill()
+        proc.wait(timeout=60)
+    before = {p.name: p.stat().st_mtime_ns for p in list_checkpoints(ckpt_dir)}
+    assert len(before) >= 2 and not (run / "train_summary.json").exists()
+    newest = max(int(name[5:13]) for name in before)
+
+    caplog.set_level(logging.INFO)
+    assert main(train_argv(corpus, run, max_steps=newest + 10, keep_checkpoints=50)) == 0
+    assert f"step={newest:08d}.ckpt at step {newest}" in caplog.text
+    after = {p.name: p.stat().st_mtime_ns for p in list_checkpoints(ckpt_dir)}
+    assert {k: after[k] for k in before} == before  # nothing older rewritten
+    assert set(after) - set(before) == {
+        f"step={newest + 5:08d}.ckpt",
+        f"step={newest + 10:08d}.ckpt",
+    }
+    final = load_checkpoint(ckpt_dir / f"step={newest + 10:08d}.ckpt")
+    assert final["global_step"] == newest + 10
+    assert final["lr_schedulers"][0]["last_epoch"] == newest + 10
+    summary = json.loads((run / "train_summary.json").read_text())
+    assert summary["final_step"] == newest + 10
+    assert summary["resumed_from"] == f"step={newest:08d}.ckpt"
