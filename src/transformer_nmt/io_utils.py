@@ -14,6 +14,12 @@ from pathlib import Path
 from typing import IO, Any
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path in the target's directory; rename it onto ``target`` on success.
@@ -23,6 +29,9 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    # mkstemp creates 0600 files; give the output the mode a plain open() would (0666 & ~umask),
+    # so results stay readable by the group on shared clusters.
+    os.fchmod(fd, 0o666 & ~_current_umask())
     os.close(fd)
     tmp = Path(tmp_name)
     try:
