@@ -1,3 +1,3 @@
-"""transformer_nmt: a reproducible pipeline for "Attention Is All You Need" (Vaswani et al., 2017)."""
+"""transformer_nmt: a reproducible pipeline for "Attention Is All You Need" (Vaswani et al.)."""
 
 __version__ = "0.1.0"

@@ -18,7 +18,7 @@ from transformer_nmt.errors import UserFacingError
 # stage name -> (module under transformer_nmt.cli, one-line help)
 STAGES: dict[str, tuple[str, str]] = {
     "info": ("info", "print a model preset's configuration and parameter count as JSON"),
-    "download": ("download", "fetch a dataset's files from their URLs or a mirror, sha256-verified"),
+    "download": ("download", "fetch a dataset's files from their URLs or a mirror (sha256)"),
     "prepare": ("prepare", "extract, read and clean a language pair's corpora into text splits"),
     "spm-train": ("spm_train", "train the joint SentencePiece model of a language pair"),
     "encode": ("encode", "encode text splits into memory-mappable token-id arrays"),
