@@ -198,7 +198,12 @@ def train(args, model_cfg, train_cfg, vocab, mlrun) -> dict[str, Any] | None:
     if not trainer.is_global_zero:
         return None
     kept = prune_checkpoints(ckpt_dir, train_cfg.keep_checkpoints)
-    metrics = dict(module.last_metrics)
+    # The last logged value of every train/ and val/ metric (no per-step host copies needed).
+    metrics = {
+        key: float(value)
+        for key, value in trainer.callback_metrics.items()
+        if key.startswith(("train/", "val/"))
+    }
     (throughput,) = [cb for cb in trainer.callbacks if isinstance(cb, Throughput)]
     metrics["train/tgt_tokens_per_s"] = throughput.last_rate
     metrics["train/tgt_tokens_per_s_mean"] = throughput.mean_tgt_tokens_per_s()

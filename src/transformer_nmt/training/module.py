@@ -58,7 +58,6 @@ class TranslationModule(L.LightningModule):
         self.eps_ls = self.cfg.eps_ls
         # With fp16 mixed precision the GradScaler skips steps with inf gradients by design.
         self._check_grad_finite = resolve_precision(self.train_cfg) != "16-mixed"
-        self.last_metrics: dict[str, float] = {}
 
     # --- forward and loss ----------------------------------------------------------------------
 
@@ -90,8 +89,6 @@ class TranslationModule(L.LightningModule):
         self.log("train/nll", nll, on_step=True)
         self.log("train/ppl", torch.exp(nll.clamp(max=50.0)), on_step=True)
         self.log("train/lr", self._current_lr(), on_step=True, prog_bar=True)
-        self.last_metrics["train/loss"] = float(loss.detach())
-        self.last_metrics["train/nll"] = float(nll)
         return loss
 
     def _current_lr(self) -> float:
@@ -132,7 +129,6 @@ class TranslationModule(L.LightningModule):
             metrics["val/bleu"] = float(self.trainer.strategy.broadcast(bleu, src=0))
         for key, value in metrics.items():
             self.log(key, value, on_epoch=True, prog_bar=key == "val/loss", sync_dist=False)
-        self.last_metrics.update(metrics)
 
     @torch.no_grad()
     def _validation_bleu(self) -> float:
