@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -59,16 +60,10 @@ def model_flops_per_step(model: Transformer, batch: int, src_len: int, tgt_len: 
     return float(dense + attention)
 
 
-def bench(
-    preset: str,
-    *,
-    device: str,
-    bf16: bool,
-    max_tokens: int,
-    steps: int,
-    warmup_steps: int,
-    peak_tflops: float | None,
-) -> dict:
+def make_step(
+    preset: str, *, device: str, bf16: bool, max_tokens: int, compile_model: bool = False
+) -> tuple[Callable[[], None], dict]:
+    """One training step on a synthetic token-bounded batch, and the batch's shape."""
     vocab, length = SHAPES[preset]
     cfg = get_preset(preset)
     torch.manual_seed(0)
@@ -79,16 +74,36 @@ def bench(
     src = torch.randint(4, vocab, (batch, length), device=device)
     tgt_in = torch.randint(4, vocab, (batch, length), device=device)
     tgt_out = torch.randint(4, vocab, (batch, length), device=device)
+    forward = torch.compile(model) if compile_model else model
 
     def step() -> None:
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(src, tgt_in)  # [B, T, V]
+            logits = forward(src, tgt_in)  # [B, T, V]
         out = label_smoothed_cross_entropy(logits, tgt_out, eps=cfg.eps_ls, pad_id=0)
         (out.loss / out.ntokens).backward()
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
 
+    shape = {"model": model, "vocab": vocab, "length": length, "batch": batch}
+    return step, shape
+
+
+def bench(
+    preset: str,
+    *,
+    device: str,
+    bf16: bool,
+    max_tokens: int,
+    steps: int,
+    warmup_steps: int,
+    peak_tflops: float | None,
+    compile_model: bool = False,
+) -> dict:
+    step, shape = make_step(
+        preset, device=device, bf16=bf16, max_tokens=max_tokens, compile_model=compile_model
+    )
+    model, vocab, length, batch = shape["model"], shape["vocab"], shape["length"], shape["batch"]
     for _ in range(warmup_steps):
         step()
     if device == "cuda":
@@ -104,6 +119,7 @@ def bench(
         "preset": preset,
         "device": device,
         "precision": "bf16-mixed" if bf16 else "fp32",
+        "compiled": compile_model,
         "vocab_size": vocab,
         "sentence_length": length,
         "batch_sentences": batch,
@@ -147,6 +163,8 @@ def main() -> None:
         help="GPU peak dense bf16 TFLOP/s (default: 989.4 for H100/H200, 312 for A100)",
     )
     parser.add_argument("--skip-cpu", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
 
     load_before = os.getloadavg()[0]  # other processes on the machine skew CPU numbers
@@ -162,6 +180,7 @@ def main() -> None:
                     steps=args.steps,
                     warmup_steps=1,
                     peak_tflops=None,
+                    compile_model=args.compile,
                 )
             )
     if torch.cuda.is_available():
@@ -176,6 +195,7 @@ def main() -> None:
                     steps=args.gpu_steps,
                     warmup_steps=3,
                     peak_tflops=peak,
+                    compile_model=args.compile,
                 )
             )
 
@@ -190,7 +210,8 @@ def main() -> None:
             f"{r['tgt_tokens_per_step']:>6} {r['seconds_per_step']:>8.3f} "
             f"{r['tgt_tokens_per_s']:>11.0f} {mem:>9} {mfu:>6}"
         )
-    OUT.parent.mkdir(parents=True, exist_ok=True)
+    out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "torch": torch.__version__,
         "machine": platform.machine(),
@@ -199,9 +220,9 @@ def main() -> None:
         "load_average_1min": [load_before, os.getloadavg()[0]],
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
     }
-    OUT.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     print(f"1-min load average before/after: {load_before:.2f} / {os.getloadavg()[0]:.2f}")
-    print(f"wrote {OUT}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
