@@ -1,5 +1,5 @@
 """Attention Is All You Need as a pipeline: download → prepare → spm → encode → train → average
-→ translate → score → report, for every experiment of the config (README.md, ../DESIGN.md).
+→ translate → score → report, for every experiment of the config (README.md, docs/design.md).
 
     snakemake --cores all                                   # the default CPU demo
     snakemake --cores all --configfile config/experiments/wmt14_en_de_base.yaml
@@ -18,6 +18,7 @@ min_version("8.0")
 REPO = Path(workflow.basedir)
 sys.path.insert(0, str(REPO / "workflow" / "lib"))
 
+import pipeline as paths  # noqa: E402  (the output path templates)
 from pipeline import Pipeline  # noqa: E402
 
 # Deep-merging a recipe into the default config would also run the demo: load the default
@@ -28,12 +29,12 @@ if not workflow.overwrite_configfiles:
 
 
 validate(config, "workflow/schemas/config.schema.yaml")
-P = Pipeline(config, REPO)
-os.environ["TRANSFORMER_NMT_REGISTRY"] = P.registry_path
-if P.mirror():
+pipeline = Pipeline(config, REPO)
+os.environ["TRANSFORMER_NMT_REGISTRY"] = pipeline.registry_path
+if pipeline.mirror():
     # The download stage reads the mirror from the environment: where the files come from is
     # not a param, so switching between a mirror and the URLs re-runs nothing (sha256-verified).
-    os.environ["TRANSFORMER_NMT_MIRROR"] = P.mirror()
+    os.environ["TRANSFORMER_NMT_MIRROR"] = pipeline.mirror()
 
 wildcard_constraints:
     dataset=r"[A-Za-z0-9_]+",
@@ -51,6 +52,6 @@ include: "workflow/rules/evaluate.smk"
 
 rule all:
     input:
-        "results/report.md",
-        P.all_scores(),
+        rules.report.output.report,
+        pipeline.all_scores(),
     default_target: True

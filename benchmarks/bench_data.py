@@ -182,7 +182,7 @@ def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path
         yaml.safe_dump({"synth": {"files": files, "pairs": {"en-de": {"splits": splits}}}})
     )
     # record the sums as the download stage would have
-    from transformer_nmt.data.vocab import sha256_file
+    from transformer_nmt.io_utils import sha256_file
 
     lock = {f.name: sha256_file(f) for f in raw.iterdir()}
     (raw / "checksums.lock.json").write_text(json.dumps(lock))

@@ -181,3 +181,17 @@ def test_average_cli_refuses_checkpoints_of_different_experiments(tmp_path: Path
     out = tmp_path / "avg.pt"
     assert main(["average", "--inputs", str(a), str(b), "--out", str(out)]) == 2
     assert not out.exists()
+
+
+def test_experiment_mismatch_is_one_rule_for_config_and_vocabulary() -> None:
+    meta = {"model_config": CFG.to_dict(), "vocab": dict(VOCAB)}
+    same = ck.experiment_mismatch(meta, model_config=CFG.to_dict(), vocab_sha256=VOCAB["sha256"])
+    assert same is None
+    other_cfg = {**CFG.to_dict(), "d_ff": 64, "p_drop": 0.3}
+    assert ck.experiment_mismatch(meta, model_config=other_cfg, vocab_sha256=VOCAB["sha256"]) == (
+        "another model config (differs in ['d_ff', 'p_drop'])"
+    )
+    other_vocab = ck.experiment_mismatch(meta, model_config=None, vocab_sha256="cd" * 32)
+    assert other_vocab == f"another vocabulary (sha256 {'ab' * 32}, expected {'cd' * 32})"
+    # a model config of None checks the vocabulary only (the translator's case)
+    assert ck.experiment_mismatch(meta, model_config=None, vocab_sha256=VOCAB["sha256"]) is None

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_nmt.data.datamodule import TranslationDataModule, collate_pairs
+from transformer_nmt.data.batch import flatten, source_batch, training_batch
+from transformer_nmt.data.datamodule import TranslationDataModule
 from transformer_nmt.data.sampler import TokenBatchSampler
 from transformer_nmt.data.token_array import write_token_array
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -109,15 +110,21 @@ def test_over_long_examples_are_dropped_with_a_counted_warning(caplog):
     assert "dropped 2 of 5 examples longer than 30 tokens" in caplog.text
 
 
-def test_collate_adds_bos_eos_and_pads():
-    batch = collate_pairs(
-        [np.array([10, 11]), np.array([12])], [np.array([20]), np.array([21, 22, 23])], [4, 9]
-    )
+def pair_batch(src, tgt, indices):
+    return training_batch(*flatten(src), *flatten(tgt), indices)
+
+
+def test_training_batch_adds_bos_eos_and_pads():
+    src = [np.array([10, 11]), np.array([12])]
+    batch = pair_batch(src, [np.array([20]), np.array([21, 22, 23])], [4, 9])
     assert batch["src"].tolist() == [[10, 11, EOS_ID], [12, EOS_ID, PAD_ID]]
     assert batch["tgt_in"].tolist() == [[BOS_ID, 20, PAD_ID, PAD_ID], [BOS_ID, 21, 22, 23]]
     assert batch["tgt_out"].tolist() == [[20, EOS_ID, PAD_ID, PAD_ID], [21, 22, 23, EOS_ID]]
     assert batch["index"].tolist() == [4, 9]
-    assert all(t.dtype == torch.long for t in batch.values())
+    assert all(a.dtype == np.int64 for a in batch.values())
+    # translation builds the encoder input exactly as training does
+    assert source_batch(src).dtype == torch.long
+    assert source_batch(src).tolist() == batch["src"].tolist()
 
 
 @pytest.fixture
@@ -206,8 +213,8 @@ def test_datamodule_takes_rank_share_from_its_trainer(bin_dir):
     assert len(flat) - 300 == sum(len(b) for b in shares[1][-1:]) * padding
 
 
-def test_collate_handles_empty_sentences():
-    batch = collate_pairs([np.array([], dtype=np.uint16)], [np.array([7])], [0])
+def test_training_batch_handles_empty_sentences():
+    batch = pair_batch([np.array([], dtype=np.uint16)], [np.array([7])], [0])
     assert batch["src"].tolist() == [[EOS_ID]]
     assert batch["tgt_in"].tolist() == [[BOS_ID, 7]]
 

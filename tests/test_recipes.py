@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -171,7 +172,8 @@ def test_invalid_config_names_the_key(tmp_path: Path, edit: Any, message: str) -
 
 
 def test_pipeline_resolves_files_and_params() -> None:
-    pipeline = _pipeline_module().Pipeline(_load(DEFAULT), REPO_ROOT)
+    paths = _pipeline_module()
+    pipeline = paths.Pipeline(_load(DEFAULT), REPO_ROOT)
     (name,) = pipeline.experiments()
     assert pipeline.data_pairs() == [("multi30k", "en-de")]
     assert pipeline.raw_files("multi30k")[0].startswith("resources/multi30k/")
@@ -184,8 +186,19 @@ def test_pipeline_resolves_files_and_params() -> None:
         f"results/runs/{name}/test_2017_flickr.scores.json",
     ]
     # canonical JSON: key order does not change the param (no spurious re-runs)
-    assert pipeline.json({"b": 1, "a": [1, 2]}) == pipeline.json({"a": [1, 2], "b": 1})
-    with pytest.raises(ConfigError, match="registry: cannot read"):
+    assert paths.canonical_json({"b": 1, "a": [1, 2]}) == paths.canonical_json(
+        {"a": [1, 2], "b": 1}
+    )
+    # the registry's params keep the file's own form (moving to typed parsing re-runs nothing)
+    raw = yaml.safe_load((REPO_ROOT / "config" / "datasets.yaml").read_text(encoding="utf-8"))
+    assert pipeline.registry_entry_json("multi30k") == paths.canonical_json(
+        raw["multi30k"]["files"]
+    )
+    assert (
+        json.loads(pipeline.registry_pair_json("multi30k", "en-de"))["pair"]
+        == (raw["multi30k"]["pairs"]["en-de"])
+    )
+    with pytest.raises(ConfigError, match="cannot read the dataset registry"):
         pipeline.__class__({**_load(DEFAULT), "registry": "/nonexistent.yaml"}, REPO_ROOT)
 
 
@@ -194,7 +207,7 @@ def test_schema_knows_exactly_the_keys_of_the_stage_configs() -> None:
 
     from transformer_nmt.data.clean import CleanConfig
     from transformer_nmt.model.config import ModelConfig
-    from transformer_nmt.training.trainer import TrainConfig
+    from transformer_nmt.training.config import TrainConfig
 
     schema = _load(REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml")["$defs"]
     assert set(schema["train"]["properties"]) == {f.name for f in fields(TrainConfig)}
@@ -205,9 +218,9 @@ def test_schema_knows_exactly_the_keys_of_the_stage_configs() -> None:
 
 @pytest.mark.parametrize("path", [DEFAULT, *RECIPES], ids=lambda p: p.stem)
 def test_configs_are_accepted_by_the_stages_themselves(path: Path) -> None:
-    from transformer_nmt.cli.train import resolve_model_config
     from transformer_nmt.data.clean import CleanConfig
-    from transformer_nmt.training.trainer import TrainConfig
+    from transformer_nmt.model.config import model_config_from_spec
+    from transformer_nmt.training.config import TrainConfig
 
     config = _load(path)
     for pairs in config["data"].values():
@@ -216,6 +229,8 @@ def test_configs_are_accepted_by_the_stages_themselves(path: Path) -> None:
     for exp in config["experiments"].values():
         train = TrainConfig.from_dict(exp["train"])
         assert train.keep_checkpoints >= exp["average_last_k"]
-        model = resolve_model_config({"preset": exp["preset"], "overrides": exp["model_overrides"]})
+        model = model_config_from_spec(
+            {"preset": exp["preset"], "overrides": exp["model_overrides"]}
+        )
         if exp["preset"] == "big":
             assert (model.N, model.d_model, model.d_ff, model.h) == (6, 1024, 4096, 16)

@@ -12,11 +12,11 @@ from transformer_nmt.cli import main
 from transformer_nmt.errors import DataError
 from transformer_nmt.evaluation.score import (
     moses_tokenize,
-    read_lines,
     score_files,
     score_lines,
     split_compounds,
 )
+from transformer_nmt.io_utils import read_lines
 
 
 def _write(path: Path, lines: list[str], final_newline: bool = True) -> Path:

@@ -20,13 +20,13 @@ from transformer_nmt.cli import main
 from transformer_nmt.data.sampler import TokenBatchSampler
 from transformer_nmt.data.token_array import TokenArray, write_token_array
 from transformer_nmt.errors import ConfigError
-from transformer_nmt.training.objective import paper_lr
-from transformer_nmt.training.trainer import (
+from transformer_nmt.training.config import (
     TrainConfig,
     accumulation,
     resolve_precision,
     resolve_strategy,
 )
+from transformer_nmt.training.objective import paper_lr
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 64
@@ -141,13 +141,26 @@ def test_train_config_round_trips_and_defaults_follow_the_paper() -> None:
 
 
 def test_gradient_accumulation_reaches_tokens_per_update() -> None:
-    # §5.1: ~25k target tokens per step from max_tokens x GPUs x accumulation.
+    # §5.1: ~25k real target tokens per step = real tokens per batch x GPUs x accumulation.
     one_gpu = TrainConfig(max_tokens=4096, tokens_per_update=25_000, devices=1)
     eight_gpus = TrainConfig(max_tokens=4096, tokens_per_update=25_000, devices=8)
     two_nodes = TrainConfig(max_tokens=3125, tokens_per_update=25_000, devices=4, num_nodes=2)
-    assert accumulation(one_gpu) == 7  # 7 x 4096 = 28,672 >= 25,000 > 6 x 4096
+    assert accumulation(one_gpu) == 6  # without data: 6 x 4096 = 24,576 is closest to 25,000
+    # batches of ~2,900 real target tokens (max_tokens 3125 counts padding and the longer side)
+    assert accumulation(one_gpu, tgt_tokens_per_batch=2900.0) == 9  # 26,100 vs 23,200 for 8
     assert accumulation(eight_gpus) == 1
     assert accumulation(two_nodes) == 1
+    assert accumulation(two_nodes, tgt_tokens_per_batch=1000.0) == 3  # 8 x 3 x 1000 = 24,000
+
+
+def test_real_tokens_per_batch_count_sentences_and_eos_without_padding() -> None:
+    # 4 sentence pairs; every batch is within max_tokens counting padding and BOS/EOS
+    sampler = TokenBatchSampler(
+        np.array([3, 5, 2, 9]), np.array([4, 4, 1, 10]), max_tokens=12, shuffle=False
+    )
+    src, tgt = sampler.real_tokens_per_batch()
+    assert src * sampler.num_batches == (3 + 5 + 2 + 9) + 4  # x EOS
+    assert tgt * sampler.num_batches == (4 + 4 + 1 + 10) + 4  # y EOS
 
 
 def test_cpu_resolution_is_fp32_and_ddp_with_two_processes() -> None:

@@ -31,12 +31,16 @@ from transformer_nmt.io_utils import atomic_path
 MODEL_FILE_FORMAT = "transformer_nmt.model/1"
 # The LightningModule's attribute holding the Transformer (training/module.py).
 MODEL_PREFIX = "model."
+# A run's Lightning checkpoints: <run-dir>/CHECKPOINT_DIR/step=00001000.ckpt.
+CHECKPOINT_DIR = "checkpoints"
+# ModelCheckpoint's ``filename`` template (Lightning adds ".ckpt"): gives ``checkpoint_name``.
+LIGHTNING_FILENAME = "step={step:08d}"
 _STEP_RE = re.compile(r"^step=(\d+)\.ckpt$")
 
 
 def checkpoint_name(step: int) -> str:
     """File name of the Lightning checkpoint written at optimizer step ``step``."""
-    return f"step={step:08d}.ckpt"
+    return LIGHTNING_FILENAME.format(step=step) + ".ckpt"
 
 
 def checkpoint_step(path: str | os.PathLike[str]) -> int | None:
@@ -113,6 +117,30 @@ def checkpoint_meta(payload: Mapping[str, Any], path: str | os.PathLike[str]) ->
         if not isinstance(meta[key], Mapping):
             raise CheckpointError(f"{path}: no '{key}' recorded in the checkpoint")
     return meta
+
+
+def experiment_mismatch(
+    meta: Mapping[str, Any],
+    *,
+    model_config: Mapping[str, Any] | None,
+    vocab_sha256: str,
+) -> str | None:
+    """How a checkpoint's ``meta`` (``checkpoint_meta``) belongs to another experiment than
+    ``model_config`` + the vocabulary ``vocab_sha256``, or None when it is the same one.
+
+    The one rule of "same experiment", used by resume, averaging and translation; a
+    ``model_config`` of None checks the vocabulary only (a translator takes the model's own).
+    """
+    if model_config is not None and dict(meta["model_config"]) != dict(model_config):
+        recorded = meta["model_config"]
+        diff = sorted(
+            k for k in set(recorded) | set(model_config) if recorded.get(k) != model_config.get(k)
+        )
+        return f"another model config (differs in {diff})"
+    recorded_sha = meta["vocab"].get("sha256")
+    if recorded_sha != vocab_sha256:
+        return f"another vocabulary (sha256 {recorded_sha}, expected {vocab_sha256})"
+    return None
 
 
 def average_checkpoints(paths: Sequence[str | os.PathLike[str]]) -> dict[str, torch.Tensor]:

@@ -1,17 +1,21 @@
-"""Atomic writes: every stage writes to a temporary file beside the target, then renames it.
+"""File helpers every stage shares: atomic writes, reading text lines, file checksums.
 
-A killed job therefore never leaves a half-written output under the final name.
+Atomic writes: every stage writes to a temporary file beside the target, then renames it, so a
+killed job never leaves a half-written output under the final name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+from transformer_nmt.errors import DataError
 
 
 def _current_umask() -> int:
@@ -58,3 +62,33 @@ def write_json(target: str | os.PathLike[str], payload: Any) -> None:
     with atomic_open(target) as handle:
         json.dump(payload, handle, indent=2, sort_keys=True, ensure_ascii=False)
         handle.write("\n")
+
+
+def read_lines(path: str | os.PathLike[str]) -> list[str]:
+    """Read a UTF-8 text file as a list of lines without their line endings.
+
+    Lines end at ``\n`` only (``\r\n`` is stripped too); other Unicode line separators
+    (U+2028, form feed, ...) stay inside their line, so line i is sentence i.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line}: invalid UTF-8 ({err.reason})") from err
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline ends the last line; it does not start a new one
+    return [line.rstrip("\r") for line in lines]
+
+
+def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in chunks (bounded memory for multi-GB archives)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -13,43 +13,19 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 import numpy as np
 import torch
 
-from transformer_nmt.checkpoints import load_model_file
-from transformer_nmt.data.datamodule import source_batch
+from transformer_nmt.checkpoints import experiment_mismatch, load_model_file
+from transformer_nmt.data.batch import source_batch
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, load_vocab_info
 from transformer_nmt.errors import CheckpointError, ConfigError
-from transformer_nmt.search import Hypothesis, beam_search
+from transformer_nmt.search import Hypothesis, SearchSettings, beam_search
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """§6.1: beam 4, length penalty α = 0.6, output length at most input length + 50."""
-
-    beam: int = 4
-    alpha: float = 0.6
-    max_len_b: int = 50
-    nbest: int = 1
-    max_tokens: int = 4096  # source tokens per batch, counting padding and the EOS
-
-    def __post_init__(self) -> None:
-        if self.beam < 1:
-            raise ConfigError(f"--beam must be >= 1, got {self.beam}")
-        if not 1 <= self.nbest <= self.beam:
-            raise ConfigError(f"--nbest must be between 1 and --beam={self.beam}, got {self.nbest}")
-        if self.alpha < 0:
-            raise ConfigError(f"--alpha must be >= 0, got {self.alpha}")
-        if self.max_len_b < 0:
-            raise ConfigError(f"--max-len-b must be >= 0, got {self.max_len_b}")
-        if self.max_tokens < 1:
-            raise ConfigError(f"--max-tokens must be >= 1, got {self.max_tokens}")
 
 
 def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
@@ -91,13 +67,10 @@ class Translator:
         self.device = torch.device(_resolve_device(device))
         self.model, self.meta = load_model_file(model_path)
         vocab = load_vocab_info(spm_model_path)
-        recorded = self.meta["vocab"].get("sha256")
-        if recorded != vocab.sha256:
+        mismatch = experiment_mismatch(self.meta, model_config=None, vocab_sha256=vocab.sha256)
+        if mismatch:
             # A model decoded with another vocabulary produces fluent-looking garbage.
-            raise CheckpointError(
-                f"{model_path}: trained with the vocabulary sha256 {recorded}, but "
-                f"{spm_model_path} has sha256 {vocab.sha256}"
-            )
+            raise CheckpointError(f"{model_path}: trained with {mismatch} ({spm_model_path})")
         self.model.to(self.device)
         self.sp = spm.SentencePieceProcessor(model_file=str(spm_model_path))
         config = self.meta["model_config"]

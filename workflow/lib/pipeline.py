@@ -1,8 +1,13 @@
 """What the Snakefile needs from the config and the dataset registry: file names and params.
 
 Only lookups live here (no computation): the rules stay thin shell calls into the package CLI.
-Cross-checks that a JSON schema cannot express (an experiment naming a dataset pair with no
-``data:`` block, a test set the registry does not have) raise ``ConfigError`` naming the key.
+The registry is read once, through ``transformer_nmt.data.registry`` (the same parser and
+validation as the stages use). Cross-checks that a JSON schema cannot express (an experiment
+naming a dataset pair with no ``data:`` block, a test set the registry does not have) raise
+``ConfigError`` naming the key.
+
+Every output path of the pipeline is one template below (docs/interfaces.md "Data files");
+rules use them as their output patterns and the methods fill them in.
 """
 
 from __future__ import annotations
@@ -11,12 +16,30 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from transformer_nmt.data.registry import Dataset, load_registry
 from transformer_nmt.errors import ConfigError
 
+# --- output path templates (Snakemake wildcards in braces) ------------------------------------
+RAW_DIR = "resources/{dataset}"
+TEXT_DIR = "results/data/{dataset}/{pair}"
+TEXT_FILE = TEXT_DIR + "/{split}.{lang}"
+CLEAN_REPORT = TEXT_DIR + "/clean_report.json"
+SPM_PREFIX = "results/spm/{dataset}/{pair}/spm"
+SPM_MODEL = SPM_PREFIX + ".model"
+SPM_VOCAB = SPM_PREFIX + ".vocab"
+BIN_DIR = "results/bin/{dataset}/{pair}"
+TOKENS = BIN_DIR + "/{split}.{lang}.tokens.npy"
+OFFSETS = BIN_DIR + "/{split}.{lang}.offsets.npy"
+RUN_DIR = "results/runs/{experiment}"
+TRAIN_SUMMARY = RUN_DIR + "/train_summary.json"
+CHECKPOINT_DIR = RUN_DIR + "/checkpoints"
+AVERAGED_MODEL = RUN_DIR + "/averaged.pt"
+HYPOTHESES = RUN_DIR + "/{test_set}.hyp"
+SCORES = RUN_DIR + "/{test_set}.scores.json"
+REPORT = "results/report.md"
 
-def _json(value: Any) -> str:
+
+def canonical_json(value: Any) -> str:
     """Canonical JSON: equal values give equal strings, so params compare exactly."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
@@ -28,11 +51,7 @@ class Pipeline:
         self.config = config
         registry = config.get("registry") or str(Path(repo) / "config" / "datasets.yaml")
         self.registry_path = str(Path(registry).resolve())
-        try:
-            with open(self.registry_path, encoding="utf-8") as handle:
-                self.registry: dict[str, Any] = yaml.safe_load(handle) or {}
-        except OSError as err:
-            raise ConfigError(f"registry: cannot read {self.registry_path} ({err})") from err
+        self.registry: dict[str, Dataset] = load_registry(self.registry_path)
         self._check()
 
     # -- validation beyond the schema ---------------------------------------------------------
@@ -40,52 +59,47 @@ class Pipeline:
     def _check(self) -> None:
         for dataset, pairs in self.config["data"].items():
             for pair in pairs:
-                self._registry_pair(dataset, pair, f"data.{dataset}.{pair}")
+                self._registry_dataset(dataset, pair, f"data.{dataset}.{pair}")
         for name, exp in self.config["experiments"].items():
             key = f"experiments.{name}"
             dataset, pair = exp["dataset"], exp["pair"]
-            splits = self._registry_pair(dataset, pair, key)["splits"]
+            entry = self._registry_dataset(dataset, pair, key)
             if pair not in self.config["data"].get(dataset, {}):
                 raise ConfigError(
                     f"{key}: no data settings for {dataset} {pair}: "
                     f"add data.{dataset}.{pair} (vocab_size, spm_sample_sentences, spm_seed, "
                     "clean)"
                 )
-            for split in ("train", "valid"):
-                if split not in splits:
-                    raise ConfigError(f"{key}: {dataset} {pair} has no '{split}' split")
             keep = exp["train"].get("keep_checkpoints")
             if keep is not None and keep < exp["average_last_k"]:
                 raise ConfigError(
                     f"{key}.average_last_k: averages {exp['average_last_k']} checkpoints but "
                     f"{key}.train.keep_checkpoints keeps only {keep}"
                 )
-            tests = self.registry[dataset].get("test_splits", [])
             for test_set in exp["test_sets"]:
-                if test_set not in tests:
+                if test_set not in entry.test_splits:
                     raise ConfigError(
                         f"{key}.test_sets: '{test_set}' is not a test set of {dataset} "
-                        f"(registry {self.registry_path}: {', '.join(tests)})"
+                        f"(registry {self.registry_path}: {', '.join(entry.test_splits)})"
                     )
 
-    def _registry_pair(self, dataset: str, pair: str, key: str) -> dict[str, Any]:
+    def _registry_dataset(self, dataset: str, pair: str, key: str) -> Dataset:
+        """The registry's entry of ``dataset``, which must have ``pair``; errors name ``key``."""
         if dataset not in self.registry:
             known = ", ".join(sorted(self.registry))
             raise ConfigError(
                 f"{key}: unknown dataset '{dataset}' (registry {self.registry_path}: {known})"
             )
-        pairs = self.registry[dataset].get("pairs", {})
-        if pair not in pairs:
+        entry = self.registry[dataset]
+        if pair not in entry.pairs:
             raise ConfigError(
-                f"{key}: dataset '{dataset}' has no pair '{pair}' (has: {', '.join(pairs)})"
+                f"{key}: dataset '{dataset}' has no pair '{pair}' (has: {', '.join(entry.pairs)})"
             )
-        return pairs[pair]
+        return entry
 
     # -- config lookups ----------------------------------------------------------------------
 
-    json = staticmethod(_json)
-
-    def exp(self, name: str) -> dict[str, Any]:
+    def experiment(self, name: str) -> dict[str, Any]:
         return self.config["experiments"][name]
 
     def experiments(self) -> list[str]:
@@ -102,19 +116,19 @@ class Pipeline:
         return self.config["data"][dataset][pair]
 
     def langs(self, name: str) -> tuple[str, str]:
-        src, tgt = self.exp(name)["pair"].split("-")
+        src, tgt = self.experiment(name)["pair"].split("-")
         return src, tgt
 
     def model_spec(self, name: str) -> dict[str, Any]:
-        exp = self.exp(name)
+        exp = self.experiment(name)
         return {"preset": exp["preset"], "overrides": exp["model_overrides"]}
 
     def train_resource(self, name: str, key: str, default: int) -> int:
-        return int(self.exp(name).get("resources", {}).get(key, default))
+        return int(self.experiment(name).get("resources", {}).get(key, default))
 
     def tracking_flags(self, name: str) -> str:
         """One MLflow experiment per dataset pair, one run per pipeline experiment."""
-        exp = self.exp(name)
+        exp = self.experiment(name)
         return f"--mlflow-experiment {exp['dataset']}_{exp['pair']} --mlflow-run {name}"
 
     def mirror(self) -> str | None:
@@ -131,66 +145,70 @@ class Pipeline:
     # -- registry lookups --------------------------------------------------------------------
 
     def raw_files(self, dataset: str) -> list[str]:
-        return [f"resources/{dataset}/{name}" for name in self.registry[dataset]["files"]]
+        raw_dir = RAW_DIR.format(dataset=dataset)
+        return [f"{raw_dir}/{name}" for name in self.registry[dataset].files]
 
     def registry_entry_json(self, dataset: str) -> str:
         """The dataset's files (URLs, sha256): a change re-runs its download."""
-        return _json(self.registry[dataset]["files"])
+        files = self.registry[dataset].files
+        return canonical_json({name: spec.to_dict() for name, spec in files.items()})
 
     def registry_pair_json(self, dataset: str, pair: str) -> str:
         """What prepare reads of the registry for one pair: its files, splits and test sets."""
         entry = self.registry[dataset]
-        return _json(
+        return canonical_json(
             {
-                "files": entry["files"],
-                "pair": entry["pairs"][pair],
-                "test_splits": entry.get("test_splits", []),
+                "files": {name: spec.to_dict() for name, spec in entry.files.items()},
+                "pair": entry.pairs[pair].to_dict(),
+                "test_splits": entry.test_splits,
             }
         )
 
     def splits(self, dataset: str, pair: str) -> list[str]:
-        return list(self.registry[dataset]["pairs"][pair]["splits"])
+        return list(self.registry[dataset].pairs[pair].splits)
 
-    # -- file names (docs/interfaces.md "Data files") ----------------------------------------
+    # -- file names --------------------------------------------------------------------------
 
     def text_files(self, dataset: str, pair: str) -> list[str]:
         return [
-            f"results/data/{dataset}/{pair}/{split}.{lang}"
+            TEXT_FILE.format(dataset=dataset, pair=pair, split=split, lang=lang)
             for split in self.splits(dataset, pair)
             for lang in pair.split("-")
         ]
 
     def text_file(self, dataset: str, pair: str, split: str, side: str) -> str:
         lang = pair.split("-")[0 if side == "src" else 1]
-        return f"results/data/{dataset}/{pair}/{split}.{lang}"
+        return TEXT_FILE.format(dataset=dataset, pair=pair, split=split, lang=lang)
 
     def test_file(self, name: str, test_set: str, side: str) -> str:
-        exp = self.exp(name)
+        exp = self.experiment(name)
         return self.text_file(exp["dataset"], exp["pair"], test_set, side)
 
+    def _pair_path(self, template: str, name: str) -> str:
+        exp = self.experiment(name)
+        return template.format(dataset=exp["dataset"], pair=exp["pair"])
+
     def clean_report(self, name: str) -> str:
-        exp = self.exp(name)
-        return f"results/data/{exp['dataset']}/{exp['pair']}/clean_report.json"
+        return self._pair_path(CLEAN_REPORT, name)
 
     def spm_model(self, name: str) -> str:
-        exp = self.exp(name)
-        return f"results/spm/{exp['dataset']}/{exp['pair']}/spm.model"
+        return self._pair_path(SPM_MODEL, name)
 
     def bin_dir(self, name: str) -> str:
-        exp = self.exp(name)
-        return f"results/bin/{exp['dataset']}/{exp['pair']}"
+        return self._pair_path(BIN_DIR, name)
 
     def train_bin_files(self, name: str) -> list[str]:
+        exp = self.experiment(name)
         return [
-            f"{self.bin_dir(name)}/{split}.{lang}.{kind}.npy"
+            template.format(dataset=exp["dataset"], pair=exp["pair"], split=split, lang=lang)
             for split in ("train", "valid")
             for lang in self.langs(name)
-            for kind in ("tokens", "offsets")
+            for template in (TOKENS, OFFSETS)
         ]
 
     def all_scores(self) -> list[str]:
         return [
-            f"results/runs/{name}/{test_set}.scores.json"
+            SCORES.format(experiment=name, test_set=test_set)
             for name in self.experiments()
-            for test_set in self.exp(name)["test_sets"]
+            for test_set in self.experiment(name)["test_sets"]
         ]

@@ -5,17 +5,17 @@
 # The registry's location comes from the environment (set by the Snakefile), its content through
 # params: moving the checkout re-runs nothing, changing a dataset's entry re-runs its stages.
 
-for _dataset in P.datasets():
+for _dataset in pipeline.datasets():
 
     rule:
         name:
             f"download_{_dataset}"
         output:
-            P.raw_files(_dataset),
+            pipeline.raw_files(_dataset),
         params:
             # the dataset's files in the registry: a changed URL or checksum re-runs the download
-            entry=P.registry_entry_json(_dataset),
-            out_dir=f"resources/{_dataset}",
+            entry=pipeline.registry_entry_json(_dataset),
+            out_dir=paths.RAW_DIR.format(dataset=_dataset),
             dataset=_dataset,
         log:
             f"logs/download/{_dataset}.log",
@@ -28,21 +28,21 @@ for _dataset in P.datasets():
             " > {log:q} 2>&1"
 
 
-for _dataset, _pair in P.data_pairs():
+for _dataset, _pair in pipeline.data_pairs():
 
     rule:
         name:
             f"prepare_{_dataset}_{_pair.replace('-', '_')}"
         input:
-            P.raw_files(_dataset),
+            pipeline.raw_files(_dataset),
         output:
-            P.text_files(_dataset, _pair),
-            report=f"results/data/{_dataset}/{_pair}/clean_report.json",
+            pipeline.text_files(_dataset, _pair),
+            report=paths.CLEAN_REPORT.format(dataset=_dataset, pair=_pair),
         params:
-            clean=P.json(P.data_settings(_dataset, _pair)["clean"]),
-            entry=P.registry_pair_json(_dataset, _pair),
-            raw_dir=f"resources/{_dataset}",
-            out_dir=f"results/data/{_dataset}/{_pair}",
+            clean=paths.canonical_json(pipeline.data_settings(_dataset, _pair)["clean"]),
+            entry=pipeline.registry_pair_json(_dataset, _pair),
+            raw_dir=paths.RAW_DIR.format(dataset=_dataset),
+            out_dir=paths.TEXT_DIR.format(dataset=_dataset, pair=_pair),
             dataset=_dataset,
             pair=_pair,
         log:
@@ -57,16 +57,16 @@ for _dataset, _pair in P.data_pairs():
 
 rule spm_train:
     input:
-        src=lambda wc: P.text_file(wc.dataset, wc.pair, "train", "src"),
-        tgt=lambda wc: P.text_file(wc.dataset, wc.pair, "train", "tgt"),
+        src=lambda wc: pipeline.text_file(wc.dataset, wc.pair, "train", "src"),
+        tgt=lambda wc: pipeline.text_file(wc.dataset, wc.pair, "train", "tgt"),
     output:
-        model="results/spm/{dataset}/{pair}/spm.model",
-        vocab="results/spm/{dataset}/{pair}/spm.vocab",
+        model=paths.SPM_MODEL,
+        vocab=paths.SPM_VOCAB,
     params:
-        vocab_size=lambda wc: P.data_settings(wc.dataset, wc.pair)["vocab_size"],
-        sample=lambda wc: P.data_settings(wc.dataset, wc.pair)["spm_sample_sentences"],
-        seed=lambda wc: P.data_settings(wc.dataset, wc.pair)["spm_seed"],
-        prefix="results/spm/{dataset}/{pair}/spm",
+        vocab_size=lambda wc: pipeline.data_settings(wc.dataset, wc.pair)["vocab_size"],
+        sample=lambda wc: pipeline.data_settings(wc.dataset, wc.pair)["spm_sample_sentences"],
+        seed=lambda wc: pipeline.data_settings(wc.dataset, wc.pair)["spm_seed"],
+        prefix=paths.SPM_PREFIX,
     log:
         "logs/spm_train/{dataset}_{pair}.log",
     benchmark:
@@ -80,13 +80,13 @@ rule spm_train:
 
 rule encode:
     input:
-        text="results/data/{dataset}/{pair}/{split}.{lang}",
-        spm="results/spm/{dataset}/{pair}/spm.model",
+        text=paths.TEXT_FILE,
+        spm=rules.spm_train.output.model,
     output:
-        tokens="results/bin/{dataset}/{pair}/{split}.{lang}.tokens.npy",
-        offsets="results/bin/{dataset}/{pair}/{split}.{lang}.offsets.npy",
+        tokens=paths.TOKENS,
+        offsets=paths.OFFSETS,
     params:
-        out_dir="results/bin/{dataset}/{pair}",
+        out_dir=paths.BIN_DIR,
     log:
         "logs/encode/{dataset}_{pair}_{split}.{lang}.log",
     benchmark:

@@ -3,17 +3,17 @@
 
 rule translate:
     input:
-        model="results/runs/{experiment}/averaged.pt",
-        spm=lambda wc: P.spm_model(wc.experiment),
-        src=lambda wc: P.test_file(wc.experiment, wc.test_set, "src"),
+        model=rules.average.output.model,
+        spm=lambda wc: pipeline.spm_model(wc.experiment),
+        src=lambda wc: pipeline.test_file(wc.experiment, wc.test_set, "src"),
     output:
-        hyp="results/runs/{experiment}/{test_set}.hyp",
+        hyp=paths.HYPOTHESES,
     params:
-        beam=lambda wc: P.exp(wc.experiment)["translate"]["beam"],
-        alpha=lambda wc: P.exp(wc.experiment)["translate"]["alpha"],
-        max_len_b=lambda wc: P.exp(wc.experiment)["translate"]["max_len_b"],
-        max_tokens=lambda wc: P.exp(wc.experiment)["translate"]["max_tokens"],
-        tracking=lambda wc: P.tracking_flags(wc.experiment),
+        beam=lambda wc: pipeline.experiment(wc.experiment)["translate"]["beam"],
+        alpha=lambda wc: pipeline.experiment(wc.experiment)["translate"]["alpha"],
+        max_len_b=lambda wc: pipeline.experiment(wc.experiment)["translate"]["max_len_b"],
+        max_tokens=lambda wc: pipeline.experiment(wc.experiment)["translate"]["max_tokens"],
+        tracking=lambda wc: pipeline.tracking_flags(wc.experiment),
     log:
         "logs/translate/{experiment}/{test_set}.log",
     benchmark:
@@ -28,13 +28,13 @@ rule translate:
 
 rule score:
     input:
-        hyp="results/runs/{experiment}/{test_set}.hyp",
-        ref=lambda wc: P.test_file(wc.experiment, wc.test_set, "tgt"),
+        hyp=rules.translate.output.hyp,
+        ref=lambda wc: pipeline.test_file(wc.experiment, wc.test_set, "tgt"),
     output:
-        scores="results/runs/{experiment}/{test_set}.scores.json",
+        scores=paths.SCORES,
     params:
-        tgt=lambda wc: P.langs(wc.experiment)[1],
-        tracking=lambda wc: P.tracking_flags(wc.experiment),
+        tgt=lambda wc: pipeline.langs(wc.experiment)[1],
+        tracking=lambda wc: pipeline.tracking_flags(wc.experiment),
     log:
         "logs/score/{experiment}/{test_set}.log",
     benchmark:
@@ -46,11 +46,11 @@ rule score:
 
 rule report:
     input:
-        P.all_scores(),
+        pipeline.all_scores(),
     output:
-        report="results/report.md",
+        report=paths.REPORT,
     params:
-        experiments=P.json(P.report_experiments()),
+        experiments=paths.canonical_json(pipeline.report_experiments()),
     log:
         "logs/report.log",
     benchmark:

@@ -4,28 +4,28 @@
 
 rule train:
     input:
-        bin=lambda wc: P.train_bin_files(wc.experiment),
-        spm=lambda wc: P.spm_model(wc.experiment),
-        clean_report=lambda wc: P.clean_report(wc.experiment),
+        bin=lambda wc: pipeline.train_bin_files(wc.experiment),
+        spm=lambda wc: pipeline.spm_model(wc.experiment),
+        clean_report=lambda wc: pipeline.clean_report(wc.experiment),
     output:
-        summary="results/runs/{experiment}/train_summary.json",
+        summary=paths.TRAIN_SUMMARY,
     params:
-        model=lambda wc: P.json(P.model_spec(wc.experiment)),
-        train=lambda wc: P.json(P.exp(wc.experiment)["train"]),
-        bin_dir=lambda wc: P.bin_dir(wc.experiment),
-        src=lambda wc: P.langs(wc.experiment)[0],
-        tgt=lambda wc: P.langs(wc.experiment)[1],
-        run_dir="results/runs/{experiment}",
-        tracking=lambda wc: P.tracking_flags(wc.experiment),
+        model=lambda wc: paths.canonical_json(pipeline.model_spec(wc.experiment)),
+        train=lambda wc: paths.canonical_json(pipeline.experiment(wc.experiment)["train"]),
+        bin_dir=lambda wc: pipeline.bin_dir(wc.experiment),
+        src=lambda wc: pipeline.langs(wc.experiment)[0],
+        tgt=lambda wc: pipeline.langs(wc.experiment)[1],
+        run_dir=paths.RUN_DIR,
+        tracking=lambda wc: pipeline.tracking_flags(wc.experiment),
     log:
         "logs/train/{experiment}.log",
     benchmark:
         "results/benchmarks/train/{experiment}.tsv"
-    threads: lambda wc: P.train_resource(wc.experiment, "threads", 2)
+    threads: lambda wc: pipeline.train_resource(wc.experiment, "threads", 2)
     resources:
-        gpu=lambda wc: P.train_resource(wc.experiment, "gpu", 0),
-        mem_mb=lambda wc: P.train_resource(wc.experiment, "mem_mb", 4000),
-        runtime=lambda wc: P.train_resource(wc.experiment, "runtime", 60),
+        gpu=lambda wc: pipeline.train_resource(wc.experiment, "gpu", 0),
+        mem_mb=lambda wc: pipeline.train_resource(wc.experiment, "mem_mb", 4000),
+        runtime=lambda wc: pipeline.train_resource(wc.experiment, "runtime", 60),
         # launcher for multi-task jobs: profiles/slurm sets "srun" so that SLURM starts one
         # Lightning DDP process per GPU (Lightning reads the ranks from SLURM's environment).
         mpi="",
@@ -38,13 +38,13 @@ rule train:
 
 rule average:
     input:
-        summary="results/runs/{experiment}/train_summary.json",
+        summary=rules.train.output.summary,
     output:
-        model="results/runs/{experiment}/averaged.pt",
+        model=paths.AVERAGED_MODEL,
     params:
-        last_k=lambda wc: P.exp(wc.experiment)["average_last_k"],
-        checkpoint_dir="results/runs/{experiment}/checkpoints",
-        tracking=lambda wc: P.tracking_flags(wc.experiment),
+        last_k=lambda wc: pipeline.experiment(wc.experiment)["average_last_k"],
+        checkpoint_dir=paths.CHECKPOINT_DIR,
+        tracking=lambda wc: pipeline.tracking_flags(wc.experiment),
     log:
         "logs/average/{experiment}.log",
     benchmark:

@@ -30,28 +30,33 @@ STAGES: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser and one (not yet configured) sub-parser per stage."""
     parser = argparse.ArgumentParser(
         prog="transformer_nmt",
         description="Reproduce 'Attention Is All You Need' stage by stage.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
+    stage_parsers = {}
     for name, (module, help_text) in STAGES.items():
-        stage_parser = sub.add_parser(name, help=help_text, description=help_text)
-        stage_parser.set_defaults(_module=module)
-    return parser
+        stage_parsers[name] = sub.add_parser(name, help=help_text, description=help_text)
+        stage_parsers[name].set_defaults(_module=module)
+    return parser, stage_parsers
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    # Two passes: find the stage first, then let its module add its own arguments.
-    known, _ = parser.parse_known_args(argv)
-    module = importlib.import_module(f"transformer_nmt.cli.{known._module}")
-    stage_parser = _stage_parser(parser, known.stage)
-    module.configure(stage_parser)
-    args = parser.parse_args(argv)
+    parser, stage_parsers = build_parser()
+    # The stage is the first word that is not an option (the top-level options take no value).
+    # Only its module is imported and adds its arguments, before parsing: so `<stage> --help`
+    # lists them, and light stages stay fast.
+    stage = next((word for word in argv if not word.startswith("-")), None)
+    if stage in STAGES:
+        module = importlib.import_module(f"transformer_nmt.cli.{STAGES[stage][0]}")
+        module.configure(stage_parsers[stage])
+    args = parser.parse_args(argv)  # an unknown stage or bad option exits here with usage
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -63,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _stage_parser(parser: argparse.ArgumentParser, stage: str) -> argparse.ArgumentParser:
-    for action in parser._subparsers._group_actions:  # type: ignore[union-attr]
-        if isinstance(action, argparse._SubParsersAction):
-            return action.choices[stage]
-    raise KeyError(stage)
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("transformer_nmt")
+    except PackageNotFoundError:
+        return "unknown (not installed)"

@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from transformer_nmt.checkpoints import (
         average_checkpoints,
         checkpoint_meta,
+        experiment_mismatch,
         load_checkpoint,
         save_model_file,
     )
@@ -55,10 +56,11 @@ def run(args: argparse.Namespace) -> int:
     metas = [(p, checkpoint_meta(load_checkpoint(p), p)) for p in paths]
     first_path, first = metas[0]
     for path, meta in metas[1:]:
-        if dict(meta["model_config"]) != dict(first["model_config"]):
-            raise CheckpointError(f"{path}: model config differs from {first_path}")
-        if meta["vocab"].get("sha256") != first["vocab"].get("sha256"):
-            raise CheckpointError(f"{path}: vocabulary (sha256) differs from {first_path}")
+        mismatch = experiment_mismatch(
+            meta, model_config=first["model_config"], vocab_sha256=first["vocab"].get("sha256")
+        )
+        if mismatch:
+            raise CheckpointError(f"{path}: trained with {mismatch} than {first_path}")
     steps = [int(m["step"] or 0) for _, m in metas]
     log.info("averaging %d checkpoints: %s", len(paths), ", ".join(p.name for p in paths))
     with tracking.stage_run(

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 import time
 from pathlib import Path
 
 from transformer_nmt import tracking
-from transformer_nmt.evaluation.score import read_lines
-from transformer_nmt.io_utils import atomic_open
+from transformer_nmt.io_utils import atomic_open, read_lines
+from transformer_nmt.search.settings import SearchSettings
 
 log = logging.getLogger(__name__)
 
@@ -20,23 +21,40 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spm-model", required=True, help="the pair's SentencePiece model")
     parser.add_argument("--input", help="source text, one sentence per line (default: stdin)")
     parser.add_argument("--output", help="translations, one per line (default: stdout)")
-    parser.add_argument("--beam", type=int, default=4, help="§6.1 beam size (4)")
-    parser.add_argument("--alpha", type=float, default=0.6, help="§6.1 length penalty α (0.6)")
+    defaults = SearchSettings()  # §6.1: the one source of the search defaults
     parser.add_argument(
-        "--max-len-b", type=int, default=50, help="§6.1 max output length = input length + this"
+        "--beam", type=int, default=defaults.beam, help=f"§6.1 beam size ({defaults.beam})"
     )
     parser.add_argument(
-        "--max-tokens", type=int, default=4096, help="source tokens per batch (with padding)"
+        "--alpha",
+        type=float,
+        default=defaults.alpha,
+        help=f"§6.1 length penalty α ({defaults.alpha})",
     )
     parser.add_argument(
-        "--nbest", type=int, default=1, help="n-best lists as 'i ||| text ||| score' lines"
+        "--max-len-b",
+        type=int,
+        default=defaults.max_len_b,
+        help=f"§6.1 max output length = input length + this ({defaults.max_len_b})",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=defaults.max_tokens,
+        help=f"source tokens per batch, with padding ({defaults.max_tokens})",
+    )
+    parser.add_argument(
+        "--nbest",
+        type=int,
+        default=defaults.nbest,
+        help="n-best lists as 'i ||| text ||| score' lines",
     )
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda:0")
     tracking.add_cli_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from transformer_nmt.translation import Progress, SearchSettings, Translator, format_output
+    from transformer_nmt.translation import Progress, Translator, format_output
 
     settings = SearchSettings(
         beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, nbest=args.nbest,
@@ -47,10 +65,7 @@ def run(args: argparse.Namespace) -> int:
         return _interactive(translator)
 
     name = Path(args.output).stem if args.output else "stdin"
-    params = {
-        "beam": args.beam, "alpha": args.alpha, "max_len_b": args.max_len_b,
-        "max_tokens": args.max_tokens, "nbest": args.nbest, "model": str(args.model),
-    }  # fmt: skip
+    params = {**dataclasses.asdict(settings), "model": str(args.model)}
     # One translate job per test set runs in parallel: qualify the stage name with it.
     with tracking.stage_run(
         args.mlflow_experiment, args.mlflow_run, f"translate.{name}", params
@@ -59,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         translator = Translator(args.model, args.spm_model, settings, args.device)
         log.info(
             "translating %d sentences on %s (beam %d, alpha %g, max len +%d)",
-            len(lines), translator.device, args.beam, args.alpha, args.max_len_b,
+            len(lines), translator.device, settings.beam, settings.alpha, settings.max_len_b,
         )  # fmt: skip
         progress = Progress(len(lines), f"translate {name}")
         started = time.monotonic()

@@ -1,10 +1,7 @@
 """LightningDataModule over the token arrays of one language pair (``results/bin/D/P``).
 
-Batches are dicts of long tensors, padded with PAD_ID:
-- ``src``     [B, S]: ``x EOS``       (the encoder input; the source ends with EOS),
-- ``tgt_in``  [B, T]: ``BOS y``       (the decoder input, shifted right, §3),
-- ``tgt_out`` [B, T]: ``y EOS``       (what the decoder must predict),
-- ``index``   [B]:    example indices in the split (to find the references).
+Batches are dicts of long tensors in the format of ``data/batch.py`` (``src = x EOS``,
+``tgt_in = BOS y``, ``tgt_out = y EOS``, ``index``), padded with PAD_ID.
 
 Batch composition comes from ``TokenBatchSampler`` (token-bounded, grouped by length, one
 disjoint share per rank). The sampler is given to the DataLoader as its ``sampler`` with
@@ -24,62 +21,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from transformer_nmt.data.batch import training_batch
 from transformer_nmt.data.sampler import TokenBatchSampler
 from transformer_nmt.data.token_array import TokenArray
-from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from transformer_nmt.errors import DataError
-
-
-def pad_flat_numpy(
-    flat: np.ndarray, lengths: np.ndarray, *, prefix: int | None = None, suffix: int | None = None
-) -> np.ndarray:
-    """[B, L] int64 array of rows ``prefix + seq + suffix``, right-padded with PAD_ID, where
-    the B sequences are given concatenated (``flat``) with their ``lengths``."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    start = 1 if prefix is not None else 0
-    width = int(lengths.max(initial=0)) + start + (suffix is not None)
-    out = np.full((len(lengths), width), PAD_ID, dtype=np.int64)
-    cols = np.arange(width)
-    # row-major boolean assignment fills row 0, then row 1, ...: the order of ``flat``
-    out[(cols >= start) & (cols < start + lengths[:, None])] = flat
-    if prefix is not None:
-        out[:, 0] = prefix
-    if suffix is not None:
-        out[np.arange(len(lengths)), start + lengths] = suffix
-    return out
-
-
-def pad_flat(
-    flat: np.ndarray, lengths: np.ndarray, *, prefix: int | None = None, suffix: int | None = None
-) -> torch.Tensor:
-    """``pad_flat_numpy`` as a long tensor."""
-    return torch.from_numpy(pad_flat_numpy(flat, lengths, prefix=prefix, suffix=suffix))
-
-
-def pad_sequences(
-    seqs: Sequence[np.ndarray], *, prefix: int | None = None, suffix: int | None = None
-) -> torch.Tensor:
-    """[B, L] long tensor of ``prefix + seq + suffix`` rows, right-padded with PAD_ID."""
-    lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
-    flat = np.concatenate([np.asarray(s, dtype=np.int64) for s in seqs]) if seqs else []
-    return pad_flat(np.asarray(flat, dtype=np.int64), lengths, prefix=prefix, suffix=suffix)
-
-
-def source_batch(seqs: Sequence[np.ndarray]) -> torch.Tensor:
-    """Encoder input ``x EOS`` [B, S], padded: the same form at training and translation time."""
-    return pad_sequences(seqs, suffix=EOS_ID)
-
-
-def collate_pairs(
-    src: Sequence[np.ndarray], tgt: Sequence[np.ndarray], indices: Sequence[int]
-) -> dict[str, torch.Tensor]:
-    """The batch dict (see the module docstring) of aligned source/target id sequences."""
-    return {
-        "src": source_batch(src),
-        "tgt_in": pad_sequences(tgt, prefix=BOS_ID),
-        "tgt_out": pad_sequences(tgt, suffix=EOS_ID),
-        "index": torch.as_tensor(list(indices), dtype=torch.long),
-    }
 
 
 class PairDataset(Dataset):
@@ -97,22 +42,18 @@ class PairDataset(Dataset):
         return len(self.src)
 
     def __getitem__(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
-        """The batch of ``indices`` as int64 numpy arrays (``BatchLoader`` makes them tensors)."""
+        """The batch of ``indices`` as int64 numpy arrays (``NumpyBatchLoader`` makes them
+        tensors)."""
         src, src_len = self.src.gather(indices)
         tgt, tgt_len = self.tgt.gather(indices)
-        return {
-            "src": pad_flat_numpy(src, src_len, suffix=EOS_ID),
-            "tgt_in": pad_flat_numpy(tgt, tgt_len, prefix=BOS_ID),
-            "tgt_out": pad_flat_numpy(tgt, tgt_len, suffix=EOS_ID),
-            "index": np.asarray(indices, dtype=np.int64),
-        }
+        return training_batch(src, src_len, tgt, tgt_len, indices)
 
 
 def _identity(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return batch
 
 
-class BatchLoader(DataLoader):
+class NumpyBatchLoader(DataLoader):
     """DataLoader whose workers send numpy batches, turned into tensors in the main process.
 
     Sending four small tensors per batch from a worker goes through torch's shared-memory
@@ -198,21 +139,34 @@ class TranslationDataModule(L.LightningDataModule):
         self.samplers[split] = sampler
         return sampler
 
-    def dataloader(self, split: str, *, shuffle: bool) -> BatchLoader:
-        return BatchLoader(
+    def real_tokens_per_batch(self, split: str | None = None) -> tuple[float, float]:
+        """Real source/target tokens of an average batch of ``split`` (default: train)."""
+        ds = self.dataset(split or self.train_split)
+        sampler = TokenBatchSampler(
+            ds.src.lengths,
+            ds.tgt.lengths,
+            max_tokens=self.max_tokens,
+            shuffle=False,
+            max_positions=self.max_positions,
+            name=f"{self.bin_dir}/{split or self.train_split}",
+        )
+        return sampler.real_tokens_per_batch()
+
+    def dataloader(self, split: str, *, shuffle: bool) -> NumpyBatchLoader:
+        return NumpyBatchLoader(
             self.dataset(split),
             sampler=self.batch_sampler(split, shuffle=shuffle),
             batch_size=None,  # the sampler yields whole batches; the dataset collates them
-            collate_fn=_identity,  # keep numpy (see BatchLoader)
+            collate_fn=_identity,  # keep numpy (see NumpyBatchLoader)
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
 
-    def train_dataloader(self) -> BatchLoader:
+    def train_dataloader(self) -> NumpyBatchLoader:
         return self.dataloader(self.train_split, shuffle=True)
 
-    def val_dataloader(self) -> BatchLoader:
+    def val_dataloader(self) -> NumpyBatchLoader:
         return self.dataloader(self.valid_split, shuffle=False)
 
-    def test_dataloader(self) -> list[BatchLoader]:
+    def test_dataloader(self) -> list[NumpyBatchLoader]:
         return [self.dataloader(split, shuffle=False) for split in self.test_splits]

@@ -26,9 +26,8 @@ from typing import BinaryIO
 from tqdm import tqdm
 
 from transformer_nmt.data.registry import Dataset, FileSpec
-from transformer_nmt.data.vocab import sha256_file
 from transformer_nmt.errors import DataError
-from transformer_nmt.io_utils import atomic_path, write_json
+from transformer_nmt.io_utils import atomic_path, sha256_file, write_json
 
 log = logging.getLogger(__name__)
 

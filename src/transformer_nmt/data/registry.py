@@ -27,6 +27,10 @@ class FileSpec:
     url: str
     sha256: str | None
 
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as written under ``files:`` in the registry."""
+        return {"url": self.url, "sha256": self.sha256}
+
 
 @dataclass(frozen=True)
 class Side:
@@ -36,14 +40,17 @@ class Side:
     member: str | None
     format: str  # text | gzip | sgml
 
-    def describe(self) -> str:
-        return self.file if self.member is None else f"{self.file}:{self.member}"
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "member": self.member, "format": self.format}
 
 
 @dataclass(frozen=True)
 class Corpus:
     name: str
     sides: dict[str, Side]  # language -> side
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **{lang: side.to_dict() for lang, side in self.sides.items()}}
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,14 @@ class Pair:
     src: str
     tgt: str
     splits: dict[str, list[Corpus]]  # train, valid, every test set
+
+    def to_dict(self) -> dict[str, Any]:
+        """The pair as written under ``pairs:`` in the registry."""
+        return {
+            "splits": {
+                split: [c.to_dict() for c in corpora] for split, corpora in self.splits.items()
+            }
+        }
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,14 @@ class TokenBatchSampler:
         self.order = keep[np.lexsort((tie, tgt_len[keep], src_len[keep]))]
         self.bounds = _cut_batches(width[self.order], max_tokens)
         self.num_examples = len(keep)
+        # real (non-padding) tokens of the kept examples: x EOS and y EOS
+        self.real_tokens = (int(src_len[keep].sum()), int(tgt_len[keep].sum()))
+
+    def real_tokens_per_batch(self) -> tuple[float, float]:
+        """Real (non-padding) source and target tokens (``x EOS``, ``y EOS``) of an average
+        batch: what §5.1's "25000 source tokens and 25000 target tokens" count."""
+        n = max(self.num_batches, 1)
+        return self.real_tokens[0] / n, self.real_tokens[1] / n
 
     @property
     def num_batches(self) -> int:

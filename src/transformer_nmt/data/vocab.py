@@ -8,12 +8,12 @@ identity: checkpoints record it so that a model is never decoded with another vo
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from transformer_nmt.errors import ConfigError, DataError
+from transformer_nmt.io_utils import sha256_file
 
 PAD_ID = 0
 UNK_ID = 1
@@ -43,15 +43,6 @@ class VocabInfo:
         if unknown or missing:
             raise ConfigError(f"VocabInfo: unknown keys {unknown}, missing keys {missing}")
         return cls(**d)
-
-
-def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in chunks (bounded memory for multi-GB archives)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def load_vocab_info(spm_model_path: str | Path) -> VocabInfo:

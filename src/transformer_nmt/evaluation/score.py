@@ -25,6 +25,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesTokenizer
 
 from transformer_nmt.errors import DataError
+from transformer_nmt.io_utils import read_lines
 
 # tensor2tensor get_ende_bleu.sh: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'
 # Python's re.sub is non-overlapping left to right like perl's /g:
@@ -109,23 +110,6 @@ def score_lines(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str) -> Scor
     bleu_lc_tok = _bleu_dict(BLEU(lowercase=True, **on_tokens), hyps_tok, refs_tok)
     bleu_lc_tok["method"] = LC_TOK_BLEU_METHOD
     return ScoreSet(len(hyps), bleu, chrf, bleu_paper, bleu_lc_tok)
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """Read a UTF-8 text file as a list of lines without their line endings."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise DataError(f"{path}:{line}: invalid UTF-8 ({err.reason})") from err
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the final newline ends the last line; it does not start a new one
-    return [line.rstrip("\r") for line in lines]
 
 
 def score_files(hyp_path: str | Path, ref_path: str | Path, tgt_lang: str) -> ScoreSet:

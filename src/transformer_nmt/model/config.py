@@ -12,6 +12,7 @@ Every field that departs from the paper is documented at its definition and defa
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -67,16 +68,6 @@ class ModelConfig:
             raise ConfigError(f"unknown model config key(s) {unknown}; known keys: {sorted(names)}")
         values = {key: _coerce(key, value) for key, value in data.items()}
         return cls(**values)
-
-    @property
-    def d_head_qk(self) -> int:
-        """Width of all query (or key) heads together: h * d_k."""
-        return self.h * self.d_k
-
-    @property
-    def d_head_v(self) -> int:
-        """Width of all value heads together: h * d_v."""
-        return self.h * self.d_v
 
 
 def validate(cfg: ModelConfig) -> None:
@@ -238,3 +229,15 @@ def apply_overrides(
             )
         values[key] = _coerce(key, value)
     return ModelConfig(**values)
+
+
+def model_config_from_spec(spec: Mapping[str, Any]) -> ModelConfig:
+    """An experiment's ``{"preset": name, "overrides": {...}}`` -> ``ModelConfig``; an unknown
+    key or a bad value is a ConfigError naming it."""
+    unknown = sorted(set(spec) - {"preset", "overrides"})
+    if unknown:
+        raise ConfigError(f"model spec: unknown key(s) {unknown}; expected 'preset', 'overrides'")
+    overrides = spec.get("overrides") or {}
+    if not isinstance(overrides, Mapping):
+        raise ConfigError("model spec: 'overrides' must be a mapping of model config keys")
+    return apply_overrides(get_preset(str(spec.get("preset", "base"))), dict(overrides))

@@ -4,5 +4,6 @@ GNMT length penalty, both on the decoder's key/value cache (``use_cache=False`` 
 from transformer_nmt.search.beam import Hypothesis, beam_search
 from transformer_nmt.search.greedy import greedy_search
 from transformer_nmt.search.length_penalty import length_penalty
+from transformer_nmt.search.settings import SearchSettings
 
-__all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
+__all__ = ["Hypothesis", "SearchSettings", "beam_search", "greedy_search", "length_penalty"]

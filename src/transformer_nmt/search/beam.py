@@ -33,6 +33,7 @@ import torch
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.search._stepper import Stepper, eval_mode, restrict_
 from transformer_nmt.search.length_penalty import length_penalty
+from transformer_nmt.search.settings import SearchSettings
 
 
 @dataclass
@@ -55,10 +56,10 @@ def beam_search(
     bos_id: int,
     eos_id: int,
     pad_id: int,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    max_len_b: int = 50,
-    nbest: int = 1,
+    beam_size: int = SearchSettings.beam,
+    alpha: float = SearchSettings.alpha,
+    max_len_b: int = SearchSettings.max_len_b,
+    nbest: int = SearchSettings.nbest,
     use_cache: bool = True,
     return_attention: bool = False,
     min_len: int = 0,

@@ -6,6 +6,7 @@ import torch
 
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.search._stepper import Stepper, eval_mode, restrict_
+from transformer_nmt.search.settings import SearchSettings
 
 
 def greedy_search(
@@ -15,7 +16,7 @@ def greedy_search(
     bos_id: int,
     eos_id: int,
     pad_id: int,
-    max_len_b: int = 50,
+    max_len_b: int = SearchSettings.max_len_b,
     use_cache: bool = True,
     min_len: int = 0,
 ) -> list[list[int]]:

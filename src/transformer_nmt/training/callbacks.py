@@ -15,11 +15,13 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
+from transformer_nmt.checkpoints import LIGHTNING_FILENAME
+from transformer_nmt.training.config import TrainConfig
+
 if TYPE_CHECKING:
     from transformer_nmt.tracking import StageRun
-    from transformer_nmt.training.trainer import TrainConfig
 
-log = logging.getLogger("transformer_nmt.training.trainer")
+log = logging.getLogger(__name__)
 
 
 class StepCheckpoint(ModelCheckpoint):
@@ -31,7 +33,7 @@ class StepCheckpoint(ModelCheckpoint):
         every_steps = cfg.checkpoint_every_steps
         super().__init__(
             dirpath=dirpath,
-            filename="step={step:08d}",
+            filename=LIGHTNING_FILENAME,  # checkpoints.checkpoint_name
             auto_insert_metric_name=False,
             monitor="step",
             mode="max",

@@ -22,12 +22,12 @@ import torch
 from transformer_nmt.errors import UserFacingError
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.training.config import TrainConfig
 from transformer_nmt.training.objective import (
     build_optimizer,
     build_scheduler,
     label_smoothed_cross_entropy,
 )
-from transformer_nmt.training.trainer import TrainConfig, resolve_precision
 
 
 class NonFiniteLossError(UserFacingError):
@@ -56,8 +56,12 @@ class TranslationModule(L.LightningModule):
         self.model = Transformer(self.cfg, vocab_size=int(vocab["size"]), pad_id=self.pad_id)
         # §5.4 label smoothing eps_ls is part of the model config (Table 3 row D varies it).
         self.eps_ls = self.cfg.eps_ls
+        self._check_grad_finite = True
+        self._update_sums: torch.Tensor | None = None  # this update's sums (training_step)
+
+    def on_fit_start(self) -> None:
         # With fp16 mixed precision the GradScaler skips steps with inf gradients by design.
-        self._check_grad_finite = resolve_precision(self.train_cfg) != "16-mixed"
+        self._check_grad_finite = self.trainer.precision != "16-mixed"
 
     # --- forward and loss ----------------------------------------------------------------------
 
@@ -74,22 +78,23 @@ class TranslationModule(L.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         out = self._loss(batch)
-        ntokens = out.ntokens.clamp(min=1)
-        loss = out.loss / ntokens  # smoothed loss per target token (§5.4)
         # Check before backward: a NaN must never reach the weights (or a checkpoint).
-        if not bool(torch.isfinite(loss)):
+        if not bool(torch.isfinite(out.loss)):
             raise NonFiniteLossError(
-                f"non-finite training loss ({float(loss.detach())}) at step {self.global_step + 1} "
-                f"(batch examples {batch['index'][:8].tolist()}...); stopping without saving. "
-                "Lower train.lr_scale or set train.clip_grad_norm, then resume from the last "
-                "good checkpoint"
+                f"non-finite training loss ({float(out.loss.detach())}) at step "
+                f"{self.global_step + 1} (batch examples {batch['index'][:8].tolist()}...); "
+                "stopping without saving. Lower train.lr_scale or set train.clip_grad_norm, "
+                "then resume from the last good checkpoint"
             )
-        nll = out.nll.detach() / ntokens
-        self.log("train/loss", loss.detach(), on_step=True, prog_bar=True)
-        self.log("train/nll", nll, on_step=True)
-        self.log("train/ppl", torch.exp(nll.clamp(max=50.0)), on_step=True)
-        self.log("train/lr", self._current_lr(), on_step=True, prog_bar=True)
-        return loss
+        # Sums over this update's micro-batches: smoothed loss, NLL, target and source tokens
+        # (real tokens: y EOS and x EOS, no padding).
+        src_tokens = (batch["src"] != self.pad_id).sum()
+        parts = (out.loss.detach(), out.nll.detach(), out.ntokens, src_tokens)
+        sums = torch.stack([part.to(torch.float64) for part in parts])
+        self._update_sums = sums if self._update_sums is None else self._update_sums + sums
+        # §5.4 summed over the micro-batch's target tokens; normalised per update in
+        # on_before_optimizer_step (the number of tokens of the whole update is known there).
+        return out.loss
 
     def _current_lr(self) -> float:
         """The learning rate the coming optimizer update uses (§5.3 schedule)."""
@@ -97,18 +102,39 @@ class TranslationModule(L.LightningModule):
         return float(scheduler.get_last_lr()[0]) if scheduler is not None else math.nan
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        # Called before gradient clipping (and after unscaling with AMP).
-        grads = [p.grad.detach() for p in self.parameters() if p.grad is not None]
-        if not grads:
+        # Called once per update, after the last micro-batch's backward (and the DDP all-reduce),
+        # before gradient clipping (and after unscaling with AMP).
+        sums, self._update_sums = self._update_sums, None
+        if sums is None:
             return
-        norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)  # foreach kernels
-        if self._check_grad_finite and not bool(torch.isfinite(norm)):
-            raise NonFiniteLossError(
-                f"non-finite gradient norm ({float(norm)}) at step {self.global_step + 1}; "
-                "stopping before the optimizer step. Lower train.lr_scale or set "
-                "train.clip_grad_norm, then resume from the last good checkpoint"
-            )
-        self.log("train/grad_norm", norm, on_step=True)
+        # The update's tokens over all micro-batches and ranks.
+        sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
+        loss_sum, nll_sum, tgt_tokens, src_tokens = sums.tolist()
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads:
+            # One update follows the gradient of the label-smoothed loss summed over *all* its
+            # target tokens divided by their number (as tensor2tensor and fairseq do), so a
+            # short micro-batch weighs by its tokens, not as much as a long one. Lightning has
+            # divided each micro-batch's sum by the accumulation and DDP averaged the ranks:
+            # multiply both back and divide by the update's target tokens.
+            scale = self.trainer.accumulate_grad_batches * self.trainer.world_size
+            torch._foreach_mul_(grads, scale / max(tgt_tokens, 1.0))
+            norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)  # foreach kernels
+            if self._check_grad_finite and not bool(torch.isfinite(norm)):
+                raise NonFiniteLossError(
+                    f"non-finite gradient norm ({float(norm)}) at step {self.global_step + 1}; "
+                    "stopping before the optimizer step. Lower train.lr_scale or set "
+                    "train.clip_grad_norm, then resume from the last good checkpoint"
+                )
+            self.log("train/grad_norm", norm, on_step=True)
+        nll = nll_sum / max(tgt_tokens, 1.0)
+        self.log("train/loss", loss_sum / max(tgt_tokens, 1.0), on_step=True, prog_bar=True)
+        self.log("train/nll", nll, on_step=True)
+        self.log("train/ppl", math.exp(min(nll, 50.0)), on_step=True)
+        self.log("train/lr", self._current_lr(), on_step=True, prog_bar=True)
+        # §5.1: the paper's batch is ~25k source and ~25k target tokens per update.
+        self.log("train/src_tokens_per_update", src_tokens, on_step=True)
+        self.log("train/tgt_tokens_per_update", tgt_tokens, on_step=True)
 
     # --- validation ----------------------------------------------------------------------------
 
@@ -136,7 +162,7 @@ class TranslationModule(L.LightningModule):
         import sacrebleu
         import sentencepiece as spm
 
-        from transformer_nmt.data.datamodule import source_batch
+        from transformer_nmt.data.batch import source_batch
         from transformer_nmt.search import greedy_search
 
         if not self.hparams.spm_model:

@@ -1,0 +1,206 @@
+"""Training settings (the twin of ``model/config.py``): ``TrainConfig``, its validation, and
+the resolution of its "auto" values (accelerator, devices, precision, strategy) and of the
+gradient accumulation that gives the §5.1 batch of ~25k target tokens per update.
+
+Everything here is resolved once per run (``resolve``); the trainer and the run summary use
+the same ``Resolved`` values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from transformer_nmt.errors import ConfigError
+
+PRECISIONS = ("auto", "32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "64-true")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training hyper-parameters (keys as in docs/interfaces.md). Defaults = the paper's base."""
+
+    max_steps: int = 100_000  # §5.2: base 100k steps, big 300k
+    max_tokens: int = 4096  # tokens (with padding) per device per batch
+    # §5.1: ~25k source + ~25k target tokens per optimizer step. Counted as *real* target
+    # tokens (y EOS, no padding): the gradient accumulation is the number of micro-batches,
+    # over all devices, whose real target tokens come closest to this (``accumulation``).
+    tokens_per_update: int = 25_000
+    warmup: int = 4000  # §5.3 warmup_steps
+    # Flag (paper: 1.0): multiplies the §5.3 learning-rate schedule.
+    lr_scale: float = 1.0
+    adam_betas: tuple[float, float] = (0.9, 0.98)  # §5.3
+    adam_eps: float = 1e-9  # §5.3
+    # Flag (paper: none): clip the gradient norm to this value; null = off.
+    clip_grad_norm: float | None = None
+    seed: int = 1
+    # "auto" = bf16-mixed on GPUs with bf16 (a speed departure from the paper's fp32 P100
+    # training, numerically benign), else 32-true; or any Lightning precision string.
+    precision: str = "auto"
+    accelerator: str = "auto"
+    devices: int | str = 1  # int, or "auto" (all visible GPUs / 1 CPU process)
+    num_nodes: int = 1
+    strategy: str = "auto"  # "auto" = DDP when devices x num_nodes > 1
+    checkpoint_every_minutes: float = 10.0  # §6.1: checkpoints at 10-minute intervals
+    checkpoint_every_steps: int | None = None  # overrides minutes when set (reproducible)
+    keep_checkpoints: int = 5  # must be >= the number averaged (§6.1: 5 base, 20 big)
+    val_every_steps: int = 1000
+    val_bleu_sentences: int = 0  # greedy validation BLEU on this many sentences; 0 = off
+    log_every_steps: int = 100
+    num_workers: int = 0
+    max_positions: int = 1024
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["adam_betas"] = list(self.adam_betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
+        """Build from a JSON mapping; an unknown key is a ConfigError naming it."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"train config must be a mapping, got {type(data).__name__}")
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise ConfigError(f"unknown train config key(s) {unknown}; known keys: {sorted(names)}")
+        values = dict(data)
+        if "adam_betas" in values:
+            betas = values["adam_betas"]
+            if not isinstance(betas, (list, tuple)) or len(betas) != 2:
+                raise ConfigError(f"train config key 'adam_betas' must be [b1, b2], got {betas!r}")
+            values["adam_betas"] = tuple(betas)
+        return cls(**values)
+
+
+def _validate(cfg: TrainConfig) -> None:
+    def positive_int(key: str, allow_none: bool = False) -> None:
+        value = getattr(cfg, key)
+        if allow_none and value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"train config key {key!r} must be a positive integer, got {value!r}")
+
+    def number(key: str, low: float, high: float, allow_none: bool = False) -> None:
+        value = getattr(cfg, key)
+        if allow_none and value is None:
+            return
+        ok = not isinstance(value, bool) and isinstance(value, int | float)
+        if not ok or not (low < value < high):
+            raise ConfigError(
+                f"train config key {key!r} must be a number in ({low}, {high}), got {value!r}"
+            )
+
+    for key in ("max_steps", "max_tokens", "tokens_per_update", "warmup", "num_nodes"):
+        positive_int(key)
+    for key in ("keep_checkpoints", "val_every_steps", "log_every_steps", "max_positions"):
+        positive_int(key)
+    positive_int("checkpoint_every_steps", allow_none=True)
+    for key in ("seed", "val_bleu_sentences", "num_workers"):
+        value = getattr(cfg, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"train config key {key!r} must be an integer >= 0, got {value!r}")
+    number("lr_scale", 0.0, math.inf)
+    number("adam_eps", 0.0, 1.0)
+    number("clip_grad_norm", 0.0, math.inf, allow_none=True)
+    number("checkpoint_every_minutes", 0.0, math.inf)
+    for i, beta in enumerate(cfg.adam_betas):
+        if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0.0 <= beta < 1.0:
+            raise ConfigError(f"train config key 'adam_betas'[{i}] must be in [0, 1), got {beta!r}")
+    if cfg.devices != "auto" and (
+        isinstance(cfg.devices, bool) or not isinstance(cfg.devices, int) or cfg.devices <= 0
+    ):
+        raise ConfigError(
+            f"train config key 'devices' must be a positive integer or 'auto', got {cfg.devices!r}"
+        )
+    if cfg.precision not in PRECISIONS:
+        raise ConfigError(
+            f"train config key 'precision' must be one of {list(PRECISIONS)}, got {cfg.precision!r}"
+        )
+    for key in ("accelerator", "strategy"):
+        if not isinstance(getattr(cfg, key), str):
+            raise ConfigError(f"train config key {key!r} must be a string")
+
+
+# --- resolution of the "auto" settings ---------------------------------------------------------
+
+
+def resolve_accelerator(cfg: TrainConfig) -> str:
+    if cfg.accelerator != "auto":
+        return cfg.accelerator
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_devices(cfg: TrainConfig) -> int:
+    """Processes per node: ``devices``, or for "auto" every visible GPU (one CPU process)."""
+    if cfg.devices != "auto":
+        return int(cfg.devices)
+    if resolve_accelerator(cfg) in ("gpu", "cuda"):
+        return max(torch.cuda.device_count(), 1)
+    return 1
+
+
+def resolve_precision(cfg: TrainConfig) -> str:
+    """ "auto": bf16-mixed on a CUDA device that supports bf16, else 32-true."""
+    if cfg.precision != "auto":
+        return cfg.precision
+    on_gpu = resolve_accelerator(cfg) in ("gpu", "cuda") and torch.cuda.is_available()
+    return "bf16-mixed" if on_gpu and torch.cuda.is_bf16_supported() else "32-true"
+
+
+def world_size(cfg: TrainConfig) -> int:
+    return resolve_devices(cfg) * cfg.num_nodes
+
+
+def accumulation(cfg: TrainConfig, tgt_tokens_per_batch: float | None = None) -> int:
+    """§5.1 updates of ~``tokens_per_update`` real target tokens: micro-batches per update,
+    ``round(tokens_per_update / (tgt_tokens_per_batch * world size))``, at least 1.
+
+    ``tgt_tokens_per_batch``: the real (non-padding) target tokens of an average batch of the
+    training data (``TokenBatchSampler.real_tokens_per_batch``); without data, ``max_tokens``
+    (its upper bound).
+    """
+    per_batch = tgt_tokens_per_batch or float(cfg.max_tokens)
+    return max(1, round(cfg.tokens_per_update / (per_batch * world_size(cfg))))
+
+
+def resolve_strategy(cfg: TrainConfig) -> Any:
+    """ "auto": DDP (gloo on CPU, NCCL on GPU) when several processes train, else Lightning's."""
+    if cfg.strategy != "auto":
+        return cfg.strategy
+    if world_size(cfg) > 1:
+        from lightning.pytorch.strategies import DDPStrategy
+
+        backend = "gloo" if resolve_accelerator(cfg) == "cpu" else None
+        return DDPStrategy(process_group_backend=backend)
+    return "auto"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The "auto" values of a ``TrainConfig`` on this machine (``resolve``)."""
+
+    accelerator: str
+    devices: int  # processes per node
+    precision: str  # a Lightning precision string
+    world_size: int  # processes in all
+    accumulation: int  # micro-batches per optimizer update
+
+
+def resolve(cfg: TrainConfig, tgt_tokens_per_batch: float | None = None) -> Resolved:
+    """The "auto" values of ``cfg``; ``tgt_tokens_per_batch`` as for ``accumulation``."""
+    return Resolved(
+        accelerator=resolve_accelerator(cfg),
+        devices=resolve_devices(cfg),
+        precision=resolve_precision(cfg),
+        world_size=world_size(cfg),
+        accumulation=accumulation(cfg, tgt_tokens_per_batch),
+    )

@@ -1,0 +1,195 @@
+"""A training run's life, start to end: decide where it starts (resume), fit, map failures to
+clear errors, prune checkpoints and write ``<run-dir>/train_summary.json``.
+
+``train_run`` takes typed arguments and returns the summary (rank 0; None on other ranks). The
+CLI (``cli/train.py``) only parses, opens tracking and calls it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_only
+
+from transformer_nmt.checkpoints import CHECKPOINT_DIR, list_checkpoints
+from transformer_nmt.data.vocab import VocabInfo
+from transformer_nmt.errors import UserFacingError
+from transformer_nmt.io_utils import write_json
+from transformer_nmt.model.config import ModelConfig
+from transformer_nmt.training.callbacks import StageRunLogger, Throughput
+from transformer_nmt.training.config import TrainConfig, resolve
+from transformer_nmt.training.module import NonFiniteLossError, TranslationModule
+from transformer_nmt.training.resume import (
+    ResumableTranslationDataModule,
+    find_resume_point,
+    prune_checkpoints,
+)
+from transformer_nmt.training.trainer import build_trainer
+
+if TYPE_CHECKING:
+    from transformer_nmt.tracking import StageRun
+
+log = logging.getLogger(__name__)
+
+SUMMARY_FILE = "train_summary.json"
+
+
+class TrainingInterrupted(UserFacingError):
+    """Training ended before max_steps without an error (interrupted): no summary is written."""
+
+
+@dataclass(frozen=True)
+class RunData:
+    """What a run trains on: the pair's token arrays, its SentencePiece model, the splits."""
+
+    bin_dir: Path
+    spm_model: Path
+    src: str
+    tgt: str
+    train_split: str = "train"
+    valid_split: str = "valid"
+
+
+def train_run(
+    data: RunData,
+    run_dir: Path,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    vocab: VocabInfo,
+    *,
+    tracker: StageRun | None = None,
+    callbacks: Sequence[Callback] = (),
+    progress_bar: bool = False,
+) -> dict[str, Any] | None:
+    """Fit (or resume) the run in ``run_dir`` up to ``max_steps`` and write its summary.
+
+    Returns the summary on rank 0, None on the other ranks. Raises ``NonFiniteLossError``
+    (naming the last good checkpoint) or ``TrainingInterrupted`` instead of writing a summary.
+    """
+    started = time.monotonic()
+    ckpt_dir = run_dir / CHECKPOINT_DIR
+    resume = find_resume_point(
+        ckpt_dir,
+        model_config=model_cfg.to_dict(),
+        vocab_sha256=vocab.sha256,
+        max_steps=train_cfg.max_steps,
+    )
+    datamodule = ResumableTranslationDataModule(
+        data.bin_dir,
+        data.src,
+        data.tgt,
+        max_tokens=train_cfg.max_tokens,
+        seed=train_cfg.seed,
+        train_split=data.train_split,
+        valid_split=data.valid_split,
+        num_workers=train_cfg.num_workers,
+        max_positions=min(train_cfg.max_positions, model_cfg.max_positions),
+    )
+    src_per_batch, tgt_per_batch = datamodule.real_tokens_per_batch()
+    resolved = resolve(train_cfg, tgt_per_batch)
+    log.info(
+        "§5.1 batch: %d micro-batch(es) x %d process(es) of ~%.0f source / %.0f target real "
+        "tokens = ~%.0f / %.0f per update (tokens_per_update=%d)",
+        resolved.accumulation, resolved.world_size, src_per_batch, tgt_per_batch,
+        src_per_batch * resolved.accumulation * resolved.world_size,
+        tgt_per_batch * resolved.accumulation * resolved.world_size,
+        train_cfg.tokens_per_update,
+    )  # fmt: skip
+    summary: dict[str, Any] = {
+        "model_config": model_cfg.to_dict(),
+        "train_config": train_cfg.to_dict(),
+        "vocab": vocab.to_dict(),
+        "accumulate_grad_batches": resolved.accumulation,
+        "real_tokens_per_batch": {"src": src_per_batch, "tgt": tgt_per_batch},
+        "world_size": resolved.world_size,
+        "precision": resolved.precision,
+        "resumed_from": resume.path.name if resume.path else None,
+    }
+    summary_path = run_dir / SUMMARY_FILE
+    if resume.step >= train_cfg.max_steps:
+        log.info("%s is at max_steps=%d: only writing the summary", resume.path, resume.step)
+        if rank_zero_only.rank != 0:
+            return None
+        summary.update(
+            final_step=resume.step,
+            checkpoints=[p.name for p in resume.checkpoints],
+            trained_this_job=False,
+            wall_seconds=time.monotonic() - started,
+            metrics=_previous_metrics(summary_path),
+        )
+        write_json(summary_path, summary)
+        return summary
+    if resume.path is not None:
+        log.info("resuming from %s at step %d", resume.path, resume.step)
+    else:
+        log.info("no checkpoint in %s: starting at step 0", ckpt_dir)
+
+    L.seed_everything(train_cfg.seed, workers=True, verbose=False)
+    module = TranslationModule(
+        model_cfg.to_dict(),
+        vocab.to_dict(),
+        train_cfg.to_dict(),
+        spm_model=str(data.spm_model),
+        valid_split=data.valid_split,
+    )
+    trainer = build_trainer(
+        train_cfg,
+        run_dir,
+        resolved=resolved,
+        logger=StageRunLogger(tracker) if tracker is not None else False,
+        callbacks=callbacks,
+        enable_progress_bar=progress_bar,
+    )
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume.path, weights_only=True)
+    except NonFiniteLossError as err:
+        raise NonFiniteLossError(f"{err}; last good checkpoint: {_newest(ckpt_dir)}") from err
+    if trainer.global_step < train_cfg.max_steps:  # e.g. Ctrl-C: Lightning returns from fit
+        raise TrainingInterrupted(
+            f"training stopped at step {trainer.global_step} before max_steps="
+            f"{train_cfg.max_steps} (interrupted); newest checkpoint: {_newest(ckpt_dir)}; "
+            "run the same command again to resume"
+        )
+    if not trainer.is_global_zero:
+        return None
+    kept = prune_checkpoints(ckpt_dir, train_cfg.keep_checkpoints)
+    # The last logged value of every train/ and val/ metric (no per-step host copies needed).
+    metrics = {
+        key: float(value)
+        for key, value in trainer.callback_metrics.items()
+        if key.startswith(("train/", "val/"))
+    }
+    (throughput,) = [cb for cb in trainer.callbacks if isinstance(cb, Throughput)]
+    metrics["train/tgt_tokens_per_s"] = throughput.last_rate
+    metrics["train/tgt_tokens_per_s_mean"] = throughput.mean_tgt_tokens_per_s()
+    summary.update(
+        final_step=int(trainer.global_step),
+        checkpoints=[p.name for p in kept],
+        trained_this_job=True,
+        train_tokens_this_job=dict(throughput.total_tokens),
+        wall_seconds=time.monotonic() - started,
+        metrics=metrics,
+    )
+    write_json(summary_path, summary)
+    log.info("wrote %s (final step %d)", summary_path, trainer.global_step)
+    return summary
+
+
+def _newest(ckpt_dir: Path) -> str:
+    kept = list_checkpoints(ckpt_dir)
+    return kept[-1].name if kept else "none (no checkpoint was written yet)"
+
+
+def _previous_metrics(summary_path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads(summary_path.read_text(encoding="utf-8")).get("metrics", {}))
+    except (OSError, ValueError, AttributeError):
+        return {}

@@ -1,0 +1,84 @@
+"""The command line: every stage's --help lists its own options, --version, import hygiene."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from transformer_nmt.cli import STAGES, main
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "transformer_nmt"
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_every_stage_help_lists_its_own_options(stage: str, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([stage, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: transformer_nmt {stage}")
+    options = {word for word in out.split() if word.startswith("--") and word != "--help"}
+    assert options, f"{stage} --help lists no options:\n{out}"
+
+
+def test_translate_help_lists_the_model_and_the_paper_defaults(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["translate", "--help"])
+    out = capsys.readouterr().out
+    assert "--model" in out and "--spm-model" in out
+    assert "beam size (4)" in out and "α (0.6)" in out
+
+
+def test_version(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith("transformer_nmt ")
+
+
+def _all_modules() -> list[str]:
+    names = []
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        if parts[-1] == "__main__":
+            continue
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+@pytest.mark.slow
+def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
+    """No import cycle: each module imports first in its own interpreter."""
+    script = (
+        "import importlib, sys\n"
+        "failed = []\n"
+        "for name in sys.argv[1:]:\n"
+        "    code = f'import {name}'\n"
+        "    import subprocess\n"
+        "    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)\n"
+        "    if r.returncode:\n"
+        "        failed.append(name + ': ' + r.stderr.strip().splitlines()[-1])\n"
+        "print('\\n'.join(failed))\n"
+    )
+    modules = _all_modules()
+    assert "transformer_nmt.training.run" in modules and "transformer_nmt.data.batch" in modules
+    result = subprocess.run(
+        [sys.executable, "-c", script, *modules], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""
+
+
+def test_inference_does_not_import_training_code() -> None:
+    """translate needs no Lightning, sacreBLEU or sacremoses (nor any training module)."""
+    code = (
+        "import sys, transformer_nmt.translation, transformer_nmt.cli.translate\n"
+        "heavy = ['lightning', 'sacrebleu', 'sacremoses']\n"
+        "print([m for m in sys.modules if m.split('.')[0] in heavy"
+        " or m.startswith('transformer_nmt.training')])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
