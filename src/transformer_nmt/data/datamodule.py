@@ -140,17 +140,9 @@ class TranslationDataModule(L.LightningDataModule):
         return sampler
 
     def real_tokens_per_batch(self, split: str | None = None) -> tuple[float, float]:
-        """Real source/target tokens of an average batch of ``split`` (default: train)."""
-        ds = self.dataset(split or self.train_split)
-        sampler = TokenBatchSampler(
-            ds.src.lengths,
-            ds.tgt.lengths,
-            max_tokens=self.max_tokens,
-            shuffle=False,
-            max_positions=self.max_positions,
-            name=f"{self.bin_dir}/{split or self.train_split}",
-        )
-        return sampler.real_tokens_per_batch()
+        """Real source/target tokens of an average batch of ``split`` (default: train), over
+        the batches of all ranks."""
+        return self.batch_sampler(split or self.train_split, shuffle=False).real_tokens_per_batch()
 
     def dataloader(self, split: str, *, shuffle: bool) -> NumpyBatchLoader:
         return NumpyBatchLoader(
