@@ -23,7 +23,7 @@ def test_info_prints_config_and_counts(capsys):
     assert data["config"]["h"] == 1 and data["config"]["d_k"] == 512
     assert data["config"]["d_model"] == 512 and data["config"]["N"] == 6
     # h * d_k = d_model: the same count as base (Table 3 row A); embeddings 37000 * 512
-    assert data["parameters"] == 63_082_496
+    assert data["parameters"] == 63_045_632
     assert data["parameters"] - data["parameters_without_embeddings"] == 37000 * 512
 
 

@@ -26,6 +26,7 @@ def test_presets_match_the_paper():
     )
     assert (base.p_drop, base.eps_ls, base.p_drop_attn, base.p_drop_relu) == (0.1, 0.1, 0.0, 0.0)
     assert base.positional == "sinusoidal" and not base.norm_first and base.tie_embeddings
+    assert not base.attention_bias  # §3.2.2: bias-free projections
     big = get_preset("big")
     assert (big.N, big.d_model, big.d_ff, big.h, big.d_k, big.d_v, big.p_drop) == (
         6,

@@ -156,6 +156,23 @@ def test_untied_model_has_separate_matrices_and_target_vocabulary():
     assert count_parameters(model) == count_parameters(tied) + 11 * 32 * 2
 
 
+def test_attention_projections_are_bias_free_unless_flagged():
+    # §3.2.2: W^Q, W^K, W^V, W^O are plain matrices; attention_bias=true adds a bias to each.
+    model = make_model()
+    projections = [
+        getattr(attn, name)
+        for attn in model.modules()
+        if attn.__class__.__name__ == "MultiHeadAttention"
+        for name in ("w_q", "w_k", "w_v", "w_o")
+    ]
+    assert len(projections) == 6 * 4  # N=2: one attention per encoder layer, two per decoder layer
+    assert all(p.bias is None for p in projections)
+    biased = make_model("attention_bias=true")
+    assert count_parameters(biased) - count_parameters(model) == 6 * (2 * 4 * 8 + 4 * 6 + 32)
+    src, tgt = random_batch()
+    assert torch.isfinite(biased(src, tgt)).all()
+
+
 def test_tied_model_rejects_a_different_target_vocabulary():
     with pytest.raises(ConfigError, match="tie_embeddings"):
         Transformer(small_cfg(), vocab_size=V, tgt_vocab_size=V + 1)

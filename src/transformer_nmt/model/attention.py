@@ -6,8 +6,10 @@ MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
 
 The h heads' projections are stored as one matrix each: W^Q, W^K: d_model -> h*d_k,
 W^V: d_model -> h*d_v, W^O: h*d_v -> d_model (d_k, d_v independent of d_model/h, Table 3 A/B).
-The product itself goes through ``torch.nn.functional.scaled_dot_product_attention`` so that GPUs
-use fused (flash / memory-efficient) kernels.
+The projections have no bias terms, as in the paper's equations and tensor2tensor; ``bias=True``
+(the ``attention_bias`` model flag) adds them to all four. The product itself goes through
+``torch.nn.functional.scaled_dot_product_attention`` so that GPUs use fused (flash /
+memory-efficient) kernels.
 
 Masks are boolean and broadcastable to ``[B, h, L_q, L_k]`` with True = "may attend" (the SDPA
 convention).
@@ -23,14 +25,22 @@ from torch import nn
 
 
 class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model: int, h: int, d_k: int, d_v: int, p_drop_attn: float = 0.0) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        h: int,
+        d_k: int,
+        d_v: int,
+        p_drop_attn: float = 0.0,
+        bias: bool = False,
+    ) -> None:
         super().__init__()
         self.h, self.d_k, self.d_v = h, d_k, d_v
         self.p_drop_attn = p_drop_attn
-        self.w_q = nn.Linear(d_model, h * d_k)
-        self.w_k = nn.Linear(d_model, h * d_k)
-        self.w_v = nn.Linear(d_model, h * d_v)
-        self.w_o = nn.Linear(h * d_v, d_model)
+        self.w_q = nn.Linear(d_model, h * d_k, bias=bias)
+        self.w_k = nn.Linear(d_model, h * d_k, bias=bias)
+        self.w_v = nn.Linear(d_model, h * d_v, bias=bias)
+        self.w_o = nn.Linear(h * d_v, d_model, bias=bias)
 
     def _split(self, x: torch.Tensor, d: int) -> torch.Tensor:
         b, length, _ = x.shape

@@ -37,6 +37,9 @@ class ModelConfig:
     p_drop_attn: float = 0.0
     # Flag (not in the paper, which uses none): dropout after the FFN's ReLU.
     p_drop_relu: float = 0.0
+    # Flag (not in the paper, whose W^Q, W^K, W^V, W^O are bias-free matrices, §3.2.2, as in
+    # tensor2tensor): True adds a bias to each of the four attention projections.
+    attention_bias: bool = False
     # §3.5 sinusoids; "learned" = Table 3 row (E), learned positional embeddings.
     positional: str = "sinusoidal"
     # Longest sequence of learned positions (row E). Sinusoids work for any length.
@@ -87,7 +90,7 @@ def validate(cfg: ModelConfig) -> None:
             f"model config key 'positional' must be one of {list(POSITIONAL_KINDS)}, "
             f"got {cfg.positional!r}"
         )
-    for key in ("norm_first", "tie_embeddings"):
+    for key in ("norm_first", "tie_embeddings", "attention_bias"):
         if not isinstance(getattr(cfg, key), bool):
             raise ConfigError(f"model config key {key!r} must be true or false")
 

@@ -12,6 +12,12 @@ from transformer_nmt.model.attention import MultiHeadAttention
 from transformer_nmt.model.config import ModelConfig
 
 
+def _attention(cfg: ModelConfig) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        cfg.d_model, cfg.h, cfg.d_k, cfg.d_v, cfg.p_drop_attn, bias=cfg.attention_bias
+    )
+
+
 class FeedForward(nn.Module):
     """§3.3 FFN(x) = max(0, x W1 + b1) W2 + b2, inner width d_ff."""
 
@@ -51,7 +57,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.d_k, cfg.d_v, cfg.p_drop_attn)
+        self.self_attn = _attention(cfg)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.p_drop_relu)
         self.res_attn = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
         self.res_ffn = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
@@ -89,8 +95,8 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.d_k, cfg.d_v, cfg.p_drop_attn)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.d_k, cfg.d_v, cfg.p_drop_attn)
+        self.self_attn = _attention(cfg)
+        self.cross_attn = _attention(cfg)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.p_drop_relu)
         self.res_self = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
         self.res_cross = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
