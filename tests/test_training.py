@@ -265,14 +265,65 @@ def test_resume_continues_step_lr_data_and_weights(
     for key, value in a["state_dict"].items():
         torch.testing.assert_close(b["state_dict"][key], value, rtol=1e-5, atol=1e-6)
 
-    # A third run at max_steps only rewrites the summary; it never trains or saves again.
+    # A re-run with a changed logging interval (not a learning setting) only rewrites the
+    # summary; it never trains or saves again.
     mtime = (split / "checkpoints" / "step=00000040.ckpt").stat().st_mtime_ns
-    assert main(train_argv(corpus, split, max_steps=40)) == 0
+    assert main(train_argv(corpus, split, max_steps=40, log_every_steps=10)) == 0
     assert (split / "checkpoints" / "step=00000040.ckpt").stat().st_mtime_ns == mtime
     again = json.loads((split / "train_summary.json").read_text())
     assert again["final_step"] == 40 and again["trained_this_job"] is False
+    assert not (split / "superseded").exists()
     # Lowering max_steps below the newest checkpoint is refused, not an overwrite.
     assert main(train_argv(corpus, split, max_steps=30)) == 2
+
+
+def test_changed_learning_settings_retrain_and_keep_the_old_checkpoints_aside(
+    corpus: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A changed lr_scale (or any setting that changes what is learned) trains from scratch:
+    the old checkpoints move to superseded/<time>/, named in the log, never deleted."""
+    run = tmp_path / "run"
+    assert main(train_argv(corpus, run, max_steps=10)) == 0
+    first = load_checkpoint(run / "checkpoints" / "step=00000010.ckpt")
+    caplog.set_level(logging.INFO)
+    assert main(train_argv(corpus, run, max_steps=10, lr_scale=0.5)) == 0
+    (moved,) = (run / "superseded").iterdir()
+    assert f"its checkpoints moved to {moved}" in caplog.text
+    assert "train.lr_scale: 1.0 -> 0.5" in caplog.text
+    assert [p.name for p in list_checkpoints(moved)] == [
+        p.name for p in list_checkpoints(run / "checkpoints")
+    ]
+    torch.testing.assert_close(
+        load_checkpoint(moved / "step=00000010.ckpt")["state_dict"], first["state_dict"]
+    )
+    summary = json.loads((run / "train_summary.json").read_text())
+    assert summary["trained_this_job"] is True and summary["resumed_from"] is None
+    assert summary["superseded"] == str(moved)
+    assert summary["train_config"]["lr_scale"] == 0.5
+    retrained = load_checkpoint(run / "checkpoints" / "step=00000010.ckpt")
+    assert not torch.equal(
+        retrained["state_dict"]["model.src_embed.weight"],
+        first["state_dict"]["model.src_embed.weight"],
+    )
+
+
+def test_a_forced_rerun_of_a_finished_run_trains_again(
+    corpus: dict[str, Path], tmp_path: Path
+) -> None:
+    """snakemake --forcerun train re-runs the job with unchanged settings: from scratch."""
+    run = tmp_path / "run"
+    assert main(train_argv(corpus, run, max_steps=5)) == 0
+    (run / "train_summary.json").unlink()  # Snakemake removes a job's outputs before it runs
+    assert main(train_argv(corpus, run, max_steps=5)) == 0
+    summary = json.loads((run / "train_summary.json").read_text())
+    assert summary["trained_this_job"] is True and summary["superseded"] is not None
+    assert len(list((run / "superseded").iterdir())) == 1
+    # A run killed after its last checkpoint but before it finished is resumed, not redone.
+    (run / "checkpoints" / "finished.json").unlink()
+    assert main(train_argv(corpus, run, max_steps=5)) == 0
+    again = json.loads((run / "train_summary.json").read_text())
+    assert again["trained_this_job"] is False
+    assert len(list((run / "superseded").iterdir())) == 1
 
 
 def test_checkpoints_load_weights_only_with_plain_hparams(
@@ -442,6 +493,17 @@ def test_mlflow_tracking_of_a_training_run(
     assert sorted(m.step for m in rates) == [5, 10] and all(m.value > 0 for m in rates)
     artifacts = {f.path for f in client.list_artifacts(run.info.run_id)}
     assert {"data", "train_summary.json"} <= artifacts
+    assert run.info.status == "FINISHED" and run.info.end_time >= run.info.start_time
+
+    # Retraining from scratch with unchanged params (a forced re-run) opens a fresh run whose
+    # description says why; the old run points to it.
+    (tmp_path / "run" / "train_summary.json").unlink()
+    assert main(argv) == 0
+    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])
+    assert len(runs) == 2
+    newest, old = runs
+    assert old.data.tags["transformer_nmt.superseded_by"] == newest.info.run_id
+    assert "forced re-run" in newest.data.tags["mlflow.note.content"]
 
 
 def test_mlflow_logger_shifts_steps_and_survives_a_tracking_outage(

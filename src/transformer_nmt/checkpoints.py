@@ -35,6 +35,11 @@ MODEL_PREFIX = "model."
 CHECKPOINT_DIR = "checkpoints"
 # ModelCheckpoint's ``filename`` template (Lightning adds ".ckpt"): gives ``checkpoint_name``.
 LIGHTNING_FILENAME = "step={step:08d}"
+# Lightning checkpoint entry: what the run learns from (fingerprint, model config, the train
+# settings of ``training.config.learning_settings``); a resume needs the same fingerprint.
+LEARNING_KEY = "transformer_nmt_learning"
+# Written into CHECKPOINT_DIR when a run reaches max_steps: the finished run's full settings.
+FINISHED_FILE = "finished.json"
 _STEP_RE = re.compile(r"^step=(\d+)\.ckpt$")
 
 

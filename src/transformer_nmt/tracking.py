@@ -299,11 +299,14 @@ def stage_run(
     stage: str,
     params: Mapping[str, Any] | None = None,
     tags: Mapping[str, Any] | None = None,
+    new_run_reason: str | None = None,
 ) -> Iterator[StageRun | None]:
     """Track one stage of a pipeline experiment in MLflow; yields None when not tracking.
 
     ``params`` (nested dicts allowed) are logged as ``<stage>.<key>``; ``tags`` as given (data
     checksums, ...); plus the git commit and ``stage.<stage>.status`` (running/finished/failed).
+    ``new_run_reason``: the stage starts over (training from scratch): an existing run is
+    superseded even with identical params, and the reason becomes the new run's description.
     """
     if experiment is None or run_name is None:
         yield None
@@ -326,8 +329,10 @@ def stage_run(
             log.info("MLflow: created run %r (%s) in %r", run_name, run.info.run_id, experiment)
         else:
             changed = _changed_params(run.data.params, flat)
-            if changed:
-                run = _supersede(client, run, experiment_id, run_name, stage, changed)
+            if changed or new_run_reason:
+                run = _supersede(
+                    client, run, experiment_id, run_name, stage, changed, new_run_reason
+                )
         run_id = run.info.run_id
         _log_params(client, run_id, flat)
         _set_tags(client, run_id, stage_tags)
@@ -338,10 +343,10 @@ def stage_run(
     except BaseException:
         with contextlib.suppress(Exception):
             handle.set_tags({f"stage.{stage}.status": "failed"})
-            with_retry(client.update_run, run_id, status="FAILED")
+            with_retry(client.set_terminated, run_id, status="FAILED")
         raise
     handle.set_tags({f"stage.{stage}.status": "finished"})
-    with_retry(client.update_run, run_id, status="FINISHED")
+    with_retry(client.set_terminated, run_id, status="FINISHED")
 
 
 def _supersede(
@@ -351,8 +356,10 @@ def _supersede(
     run_name: str,
     stage: str,
     changed: Mapping[str, tuple],
+    reason: str | None = None,
 ) -> Any:
-    """Start a fresh run for ``run_name`` carrying the other stages' params and tags."""
+    """Start a fresh run for ``run_name`` carrying the other stages' params and tags; its
+    description (MLflow's ``mlflow.note.content``) says what changed."""
     prefix = f"{stage}."
     keep_params = {k: v for k, v in old.data.params.items() if not k.startswith(prefix)}
     keep_tags = {
@@ -368,10 +375,14 @@ def _supersede(
     _log_params(client, new.info.run_id, keep_params)
     _set_tags(client, old.info.run_id, {SUPERSEDED_BY_TAG: new.info.run_id})
     summary = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in sorted(changed.items()))
+    description = f"Supersedes run {old.info.run_id}: stage {stage!r} " + (
+        reason or f"re-ran with changed params ({summary})"
+    )
+    _set_tags(client, new.info.run_id, {"mlflow.note.content": description})
     log.warning(
-        "MLflow: stage %r re-ran with changed params (%s); run %s is superseded by new run %s",
+        "MLflow: stage %r %s; run %s is superseded by new run %s",
         stage,
-        summary,
+        reason or f"re-ran with changed params ({summary})",
         old.info.run_id,
         new.info.run_id,
     )

@@ -9,6 +9,8 @@ the same ``Resolved`` values.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -79,6 +81,46 @@ class TrainConfig:
                 raise ConfigError(f"train config key 'adam_betas' must be [b1, b2], got {betas!r}")
             values["adam_betas"] = tuple(betas)
         return cls(**values)
+
+
+# Keys a resumed run may change: they decide how long, where and how visibly a run trains, not
+# what it learns. Every other key (and the model config and vocabulary) is part of the run's
+# ``learning_fingerprint``: a change there trains from scratch.
+RESUMABLE_KEYS = frozenset(
+    {
+        "max_steps",
+        "checkpoint_every_minutes",
+        "checkpoint_every_steps",
+        "keep_checkpoints",
+        "val_every_steps",
+        "val_bleu_sentences",
+        "log_every_steps",
+        "num_workers",
+        "accelerator",
+        "devices",
+        "num_nodes",
+        "strategy",
+    }
+)
+
+
+def learning_settings(cfg: TrainConfig) -> dict[str, Any]:
+    """The train settings that change what is learned (all but ``RESUMABLE_KEYS``)."""
+    return {k: v for k, v in cfg.to_dict().items() if k not in RESUMABLE_KEYS}
+
+
+def learning_fingerprint(
+    model_config: Mapping[str, Any], vocab_sha256: str, cfg: TrainConfig
+) -> str:
+    """sha256 of what a run learns from: model config, vocabulary and ``learning_settings``.
+    Stored in every checkpoint; a resume needs the same fingerprint."""
+    identity = {
+        "model": dict(model_config),
+        "vocab_sha256": vocab_sha256,
+        "train": learning_settings(cfg),
+    }
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _validate(cfg: TrainConfig) -> None:

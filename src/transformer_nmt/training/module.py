@@ -19,10 +19,11 @@ from typing import Any
 import lightning as L
 import torch
 
+from transformer_nmt.checkpoints import LEARNING_KEY
 from transformer_nmt.errors import UserFacingError
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.training.config import TrainConfig
+from transformer_nmt.training.config import TrainConfig, learning_fingerprint, learning_settings
 from transformer_nmt.training.objective import (
     build_optimizer,
     build_scheduler,
@@ -58,6 +59,15 @@ class TranslationModule(L.LightningModule):
         self.eps_ls = self.cfg.eps_ls
         self._check_grad_finite = True
         self._update_sums: torch.Tensor | None = None  # this update's sums (training_step)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[LEARNING_KEY] = {
+            "fingerprint": learning_fingerprint(
+                self.cfg.to_dict(), str(self.hparams.vocab["sha256"]), self.train_cfg
+            ),
+            "model_config": self.cfg.to_dict(),
+            "train": learning_settings(self.train_cfg),
+        }
 
     def on_fit_start(self) -> None:
         # With fp16 mixed precision the GradScaler skips steps with inf gradients by design.

@@ -11,8 +11,9 @@ Resume rules (docs/interfaces.md, docs/design.md):
 * A corrupt newest checkpoint is a ``CheckpointError`` naming the file. It does **not** fall
   back to an older one: silently training again over steps already done would hide data loss.
   Delete the corrupt file to resume from the previous checkpoint.
-* Checkpoints of another experiment (``checkpoints.experiment_mismatch``: model config or
-  vocabulary) in the same directory are a ``CheckpointError``.
+* Checkpoints that learned from other settings (model config, vocabulary, or a train setting
+  outside ``training.config.RESUMABLE_KEYS``) are moved aside to ``<run>/superseded/<time>/``
+  and the run starts from scratch (``start_point``); so does a forced re-run of a finished run.
 * A newest checkpoint already at ``max_steps`` means training is done; one beyond
   ``max_steps`` is a ``ConfigError`` (the run would otherwise have to overwrite newer
   checkpoints with older ones).
@@ -20,7 +21,9 @@ Resume rules (docs/interfaces.md, docs/design.md):
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,50 +33,154 @@ from torch.utils.data import DataLoader
 
 from transformer_nmt import checkpoints as ckpt_lib
 from transformer_nmt.data.datamodule import TranslationDataModule
-from transformer_nmt.errors import CheckpointError, ConfigError
+from transformer_nmt.errors import ConfigError
+from transformer_nmt.io_utils import write_json
+from transformer_nmt.training.config import TrainConfig, learning_fingerprint, learning_settings
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class ResumePoint:
-    """Where a run starts: ``path`` None = from scratch."""
+    """Where a run starts: ``path`` None = from scratch. ``superseded``: where the checkpoints of
+    an earlier run with other settings were moved (``reason`` says why), else None."""
 
     path: Path | None = None
     step: int = 0
     checkpoints: list[Path] = field(default_factory=list)
+    superseded: Path | None = None
+    reason: str | None = None
 
 
-def find_resume_point(
-    checkpoint_dir: Path,
+def _learning_record(payload: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """What the checkpoint's run learned from (``checkpoints.LEARNING_KEY``); for checkpoints
+    written before it existed, rebuilt from the hyper-parameters."""
+    record = payload.get(ckpt_lib.LEARNING_KEY)
+    if isinstance(record, Mapping) and "fingerprint" in record:
+        return dict(record)
+    meta = ckpt_lib.checkpoint_meta(payload, path)
+    hparams = payload.get("hyper_parameters") or {}
+    try:
+        train = TrainConfig.from_dict(hparams.get("train_config") or {})
+    except ConfigError:
+        return {"fingerprint": None, "model_config": meta["model_config"], "train": {}}
+    fingerprint = learning_fingerprint(meta["model_config"], meta["vocab"].get("sha256"), train)
+    return {
+        "fingerprint": fingerprint,
+        "model_config": meta["model_config"],
+        "train": learning_settings(train),
+    }
+
+
+def _changes(
+    payload: Mapping[str, Any],
+    path: Path,
+    record: Mapping[str, Any],
     *,
     model_config: Mapping[str, Any],
     vocab_sha256: str,
-    max_steps: int,
-) -> ResumePoint:
-    """The newest checkpoint of ``checkpoint_dir``, verified readable and of this experiment."""
-    found = ckpt_lib.list_checkpoints(checkpoint_dir)
-    if not found:
-        return ResumePoint(None, 0, [])
-    newest = found[-1]
-    payload = ckpt_lib.load_checkpoint(newest)  # CheckpointError names a corrupt file
-    meta = ckpt_lib.checkpoint_meta(payload, newest)
+    cfg: TrainConfig,
+) -> str:
+    """What differs between the run that wrote checkpoint ``path`` and this one: another
+    experiment (``checkpoints.experiment_mismatch``) or changed learning settings."""
+    meta = ckpt_lib.checkpoint_meta(payload, path)
     mismatch = ckpt_lib.experiment_mismatch(
         meta, model_config=model_config, vocab_sha256=vocab_sha256
     )
     if mismatch:
-        raise CheckpointError(
-            f"{newest}: trained with {mismatch}; use a new run directory or delete its "
-            "checkpoints to start over"
-        )
+        return mismatch
+    before, now = dict(record.get("train") or {}), learning_settings(cfg)
+    keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+    return "changed " + ", ".join(f"train.{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in keys)
+
+
+def start_point(
+    checkpoint_dir: Path,
+    *,
+    model_config: Mapping[str, Any],
+    vocab_sha256: str,
+    train_cfg: TrainConfig,
+    move_aside: bool = True,
+) -> ResumePoint:
+    """Where a run in ``checkpoint_dir`` starts.
+
+    * No checkpoint: from scratch.
+    * The newest checkpoint learned from other settings (``learning_fingerprint``: model
+      config, vocabulary, ``learning_settings``): from scratch; the old checkpoints move aside.
+    * The run had finished (``FINISHED_FILE``) with exactly these settings: the job runs again
+      only because it was asked to (``snakemake --forcerun train``): from scratch, likewise.
+    * Else resume from the newest checkpoint (``max_steps`` raised, a killed job, a changed
+      logging or checkpoint interval...). A newest checkpoint beyond ``max_steps`` is a
+      ConfigError (checkpoints are never overwritten by older ones).
+
+    ``move_aside`` False (DDP ranks other than 0) decides the same without moving anything.
+    """
+    found = ckpt_lib.list_checkpoints(checkpoint_dir)
+    if not found:
+        return ResumePoint()
+    newest = found[-1]
+    payload = ckpt_lib.load_checkpoint(newest)  # CheckpointError names a corrupt file
+    record = _learning_record(payload, newest)
+    fingerprint = learning_fingerprint(model_config, vocab_sha256, train_cfg)
     step = int(payload.get("global_step", ckpt_lib.checkpoint_step(newest) or 0))
-    if step > max_steps:
+    reason = None
+    if record["fingerprint"] != fingerprint:
+        changes = _changes(
+            payload,
+            newest,
+            record,
+            model_config=model_config,
+            vocab_sha256=vocab_sha256,
+            cfg=train_cfg,
+        )
+        reason = f"{newest.name} learned from other settings: {changes}"
+    elif step >= train_cfg.max_steps and _finished_with(checkpoint_dir, train_cfg):
+        reason = (
+            f"the run had finished at step {step} with exactly these settings: a forced re-run "
+            "(snakemake --forcerun train) trains again from scratch"
+        )
+    if reason is not None:
+        superseded = _move_aside(checkpoint_dir) if move_aside else None
+        if superseded is not None:
+            log.warning(
+                "starting from scratch: %s; its checkpoints moved to %s", reason, superseded
+            )
+        return ResumePoint(superseded=superseded, reason=reason)
+    if step > train_cfg.max_steps:
         raise ConfigError(
-            f"train config key 'max_steps' is {max_steps} but {newest} is already at step {step}; "
-            "raise max_steps or use a new run directory (checkpoints are never overwritten by "
-            "older ones)"
+            f"train config key 'max_steps' is {train_cfg.max_steps} but {newest} is already at "
+            f"step {step}; raise max_steps or use a new run directory (checkpoints are never "
+            "overwritten by older ones)"
         )
     return ResumePoint(newest, step, found)
+
+
+def _finished_with(checkpoint_dir: Path, cfg: TrainConfig) -> bool:
+    try:
+        finished = json.loads((checkpoint_dir / ckpt_lib.FINISHED_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(finished, dict) and finished.get("train_config") == cfg.to_dict()
+
+
+def mark_finished(checkpoint_dir: Path, cfg: TrainConfig, step: int) -> None:
+    """Record that the run finished with ``cfg`` (read by ``start_point``)."""
+    write_json(
+        checkpoint_dir / ckpt_lib.FINISHED_FILE, {"train_config": cfg.to_dict(), "step": step}
+    )
+
+
+def _move_aside(checkpoint_dir: Path) -> Path:
+    """Move ``<run>/checkpoints`` to ``<run>/superseded/<UTC time>/`` (never deleted)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = checkpoint_dir.parent / "superseded" / stamp
+    suffix = 1
+    while target.exists():
+        target = checkpoint_dir.parent / "superseded" / f"{stamp}-{suffix}"
+        suffix += 1
+    target.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint_dir.rename(target)
+    return target
 
 
 def prune_checkpoints(checkpoint_dir: Path, keep: int) -> list[Path]:

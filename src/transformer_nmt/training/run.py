@@ -29,8 +29,10 @@ from transformer_nmt.training.config import TrainConfig, resolve
 from transformer_nmt.training.module import NonFiniteLossError, TranslationModule
 from transformer_nmt.training.resume import (
     ResumableTranslationDataModule,
-    find_resume_point,
+    ResumePoint,
+    mark_finished,
     prune_checkpoints,
+    start_point,
 )
 from transformer_nmt.training.trainer import build_trainer
 
@@ -58,6 +60,21 @@ class RunData:
     valid_split: str = "valid"
 
 
+def plan_start(
+    run_dir: Path, model_cfg: ModelConfig, train_cfg: TrainConfig, vocab: VocabInfo
+) -> ResumePoint:
+    """Where the run in ``run_dir`` starts (``resume.start_point``); on rank 0 the checkpoints
+    of a run with other settings move aside. Decide this before opening tracking: a run that
+    starts over gets a fresh MLflow run."""
+    return start_point(
+        run_dir / CHECKPOINT_DIR,
+        model_config=model_cfg.to_dict(),
+        vocab_sha256=vocab.sha256,
+        train_cfg=train_cfg,
+        move_aside=rank_zero_only.rank == 0,
+    )
+
+
 def train_run(
     data: RunData,
     run_dir: Path,
@@ -65,23 +82,20 @@ def train_run(
     train_cfg: TrainConfig,
     vocab: VocabInfo,
     *,
+    start: ResumePoint | None = None,
     tracker: StageRun | None = None,
     callbacks: Sequence[Callback] = (),
     progress_bar: bool = False,
 ) -> dict[str, Any] | None:
     """Fit (or resume) the run in ``run_dir`` up to ``max_steps`` and write its summary.
 
-    Returns the summary on rank 0, None on the other ranks. Raises ``NonFiniteLossError``
-    (naming the last good checkpoint) or ``TrainingInterrupted`` instead of writing a summary.
+    ``start``: from ``plan_start`` (computed here when not given). Returns the summary on rank
+    0, None on the other ranks. Raises ``NonFiniteLossError`` (naming the last good checkpoint)
+    or ``TrainingInterrupted`` instead of writing a summary.
     """
     started = time.monotonic()
     ckpt_dir = run_dir / CHECKPOINT_DIR
-    resume = find_resume_point(
-        ckpt_dir,
-        model_config=model_cfg.to_dict(),
-        vocab_sha256=vocab.sha256,
-        max_steps=train_cfg.max_steps,
-    )
+    resume = start if start is not None else plan_start(run_dir, model_cfg, train_cfg, vocab)
     datamodule = ResumableTranslationDataModule(
         data.bin_dir,
         data.src,
@@ -112,6 +126,7 @@ def train_run(
         "world_size": resolved.world_size,
         "precision": resolved.precision,
         "resumed_from": resume.path.name if resume.path else None,
+        "superseded": str(resume.superseded) if resume.superseded else None,
     }
     summary_path = run_dir / SUMMARY_FILE
     if resume.step >= train_cfg.max_steps:
@@ -161,6 +176,7 @@ def train_run(
     if not trainer.is_global_zero:
         return None
     kept = prune_checkpoints(ckpt_dir, train_cfg.keep_checkpoints)
+    mark_finished(ckpt_dir, train_cfg, int(trainer.global_step))
     # The last logged value of every train/ and val/ metric (no per-step host copies needed).
     metrics = {
         key: float(value)

@@ -32,7 +32,7 @@ def build_trainer(
     given): checkpoints in ``<run_dir>/checkpoints``."""
     resolved = resolved or resolve(cfg)
     # Under SLURM, Snakemake's executor owns resubmission and a rerun resumes from checkpoints/
-    # (resume.find_resume_point): Lightning's own requeue on SIGUSR1, with its hpc_ckpt_*.ckpt
+    # (resume.start_point): Lightning's own requeue on SIGUSR1, with its hpc_ckpt_*.ckpt
     # files (which it would also prefer on resume), stays off.
     plugins = [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None
     all_callbacks: list[Callback] = [
