@@ -225,6 +225,8 @@ def test_http_timeout_and_unreachable_host_after_retries(tmp_path, server):
         )
     assert list(out.iterdir()) == []
     dead = "http://127.0.0.1:9/a"  # discard port: connection refused
-    with pytest.raises(DataError, match="127.0.0.1:9/a: download failed after 1 attempts"):
+    with pytest.raises(
+        DataError, match="127.0.0.1:9/a: download failed after 1 attempts.*data_mirror"
+    ):
         download_dataset(_url_dataset(tmp_path, dead), out, retries=0)
     assert list(out.iterdir()) == []

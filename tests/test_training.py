@@ -208,6 +208,22 @@ def test_cli_unknown_train_or_model_key_is_a_clear_error(
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a GPU")
+def test_a_gpu_recipe_on_a_cpu_machine_is_one_line_and_no_mlflow_run(
+    corpus: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    argv = train_argv(corpus, tmp_path / "run", max_steps=2, accelerator="gpu")
+    argv += ["--mlflow-experiment", "toy_en-de", "--mlflow-run", "tiny"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: train config key 'accelerator' is 'gpu'")
+    assert "profiles/gpu" in err[0]
+    assert not (tmp_path / "mlflow.db").exists()  # no MLflow run (FAILED or otherwise)
+    assert not (tmp_path / "run").exists()
+
+
 # --- training, resume ---------------------------------------------------------------------------
 
 
@@ -324,6 +340,27 @@ def test_a_forced_rerun_of_a_finished_run_trains_again(
     again = json.loads((run / "train_summary.json").read_text())
     assert again["trained_this_job"] is False
     assert len(list((run / "superseded").iterdir())) == 1
+
+
+def test_log_lines_show_progress_eta_window_loss_and_validation_once(
+    corpus: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from transformer_nmt.training.callbacks import _clock
+
+    caplog.set_level(logging.INFO, logger="transformer_nmt.training.callbacks")
+    assert main(train_argv(corpus, tmp_path / "run", max_steps=10, val_every_steps=10)) == 0
+    lines = [r.getMessage() for r in caplog.records if r.name.endswith("callbacks")]
+    progress = [line for line in lines if line.startswith("step ")]
+    assert [line.split("  ")[0] for line in progress] == ["step 5/10 (50%)", "step 10/10 (100%)"]
+    for line in progress:
+        fields = dict(part.split(" ", 1) for part in line.split("  ")[1:])
+        assert {"elapsed", "eta", "loss", "lr", "grad_norm", "tgt"} <= fields.keys()
+        assert math.isfinite(float(fields["loss"]))
+    assert progress[-1].split("  ")[2] == "eta 0m00s"
+    validations = [line for line in lines if line.startswith("validation")]
+    assert len(validations) == 1 and validations[0].startswith("validation at step 10: loss ")
+    assert not any("val" in line for line in progress)  # validation values only where measured
+    assert (_clock(3723.4), _clock(59.6), _clock(float("nan"))) == ("1h02m03s", "1m00s", "?")
 
 
 def test_checkpoints_load_weights_only_with_plain_hparams(

@@ -22,9 +22,9 @@ from transformer_nmt.data.vocab import PAD_ID, load_vocab_info
 from transformer_nmt.errors import CheckpointError, ConfigError
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.progress import Progress
 from transformer_nmt.search import Hypothesis, SearchSettings
 from transformer_nmt.translation import (
-    Progress,
     Translator,
     format_output,
     token_batches,
@@ -192,7 +192,7 @@ def test_progress_logs_without_a_terminal(caplog: pytest.LogCaptureFixture) -> N
             raise AssertionError("no progress bar may be drawn into a log file")
 
     progress = Progress(100, "translate test", stream=NotATty())  # type: ignore[arg-type]
-    with caplog.at_level(logging.INFO, logger="transformer_nmt.translation"):
+    with caplog.at_level(logging.INFO, logger="transformer_nmt.progress"):
         for _ in range(20):
             progress(5)
         progress.close()

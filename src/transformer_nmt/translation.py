@@ -9,12 +9,8 @@ without running the model.
 from __future__ import annotations
 
 import logging
-import math
-import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
 
 import numpy as np
 import torch
@@ -132,43 +128,6 @@ def _resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
-
-
-class Progress:
-    """A tqdm bar when ``stream`` is a terminal; otherwise (log files) a log line every ~10%."""
-
-    def __init__(self, total: int, desc: str, stream: TextIO = sys.stderr) -> None:
-        from tqdm import tqdm
-
-        self.total, self.desc, self.done = total, desc, 0
-        self.started = time.monotonic()
-        self.next_report = 0.1  # fraction of the total at which the next log line is due
-        self.bar = (
-            tqdm(total=total, desc=desc, unit="sent", file=stream) if _isatty(stream) else None
-        )
-
-    def __call__(self, n: int) -> None:
-        self.done += n
-        if self.bar is not None:
-            self.bar.update(n)
-        elif self.total and self.done / self.total >= self.next_report:
-            rate = self.done / max(time.monotonic() - self.started, 1e-9)
-            log.info(
-                "%s: %d/%d sentences (%.0f%%), %.1f sentences/s",
-                self.desc, self.done, self.total, 100 * self.done / self.total, rate,
-            )  # fmt: skip
-            self.next_report = (math.floor(self.done / self.total * 10) + 1) / 10
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def format_output(results: Iterable[list[tuple[str, float]]], nbest: int) -> Iterator[str]:

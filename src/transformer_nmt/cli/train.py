@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     from transformer_nmt.data.vocab import load_vocab_info
     from transformer_nmt.model.config import model_config_from_spec
-    from transformer_nmt.training.config import TrainConfig
+    from transformer_nmt.training.config import TrainConfig, check_devices_exist
     from transformer_nmt.training.run import SUMMARY_FILE, RunData, plan_start, train_run
 
     try:
@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as err:
         raise ConfigError(f"--model: {err}") from err
     train_cfg = TrainConfig.from_dict(parse_json("--train", args.train))
+    check_devices_exist(train_cfg)  # before tracking: no FAILED MLflow run for a wrong machine
     vocab = load_vocab_info(args.spm_model)
     data = RunData(
         args.bin_dir, args.spm_model, args.src, args.tgt, args.train_split, args.valid_split

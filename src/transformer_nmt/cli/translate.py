@@ -54,7 +54,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from transformer_nmt.translation import Progress, Translator, format_output
+    from transformer_nmt.progress import Progress
+    from transformer_nmt.translation import Translator, format_output
 
     settings = SearchSettings(
         beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, nbest=args.nbest,

@@ -23,11 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from tqdm import tqdm
-
 from transformer_nmt.data.registry import Dataset, FileSpec
 from transformer_nmt.errors import DataError
 from transformer_nmt.io_utils import atomic_path, sha256_file, write_json
+from transformer_nmt.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +65,12 @@ def expected_sha256(spec: FileSpec, lock: dict[str, str], out_dir: Path) -> str 
 
 def _copy_hashing(src: BinaryIO, dst: BinaryIO, total: int | None, label: str) -> str:
     digest = hashlib.sha256()
-    with tqdm(total=total, unit="B", unit_scale=True, desc=label, disable=None, leave=False) as bar:
+    # a bar on a terminal; in a log file a line every 10% (every 64 MB of an unknown size)
+    with Progress(total, label, unit="MB", scale=1e6, report_every=64 * _CHUNK) as progress:
         while chunk := src.read(_CHUNK):
             digest.update(chunk)
             dst.write(chunk)
-            bar.update(len(chunk))
+            progress(len(chunk))
     return digest.hexdigest()
 
 
@@ -112,7 +112,9 @@ def _fetch_url(
         except _Transient as err:
             if attempt == retries:
                 raise DataError(
-                    f"{url}: download failed after {retries + 1} attempts: {err}"
+                    f"{url}: download failed after {retries + 1} attempts: {err}. Without "
+                    "network access, copy the files to <mirror>/<dataset>/ and run snakemake "
+                    f"with --config data_mirror=<mirror> (or set {MIRROR_ENV})"
                 ) from err
             delay = backoff * 2**attempt
             log.warning("%s: %s; retrying in %.1f s", url, err, delay)

@@ -104,8 +104,9 @@ def render_report(rows: Iterable[ReportRow]) -> str:
         "signatures below). *Tok. BLEU* is the paper-comparable score: Moses tokenization, "
         "`##AT##-##AT##` compound splitting and BLEU on tokens, as the paper's evaluation "
         "(tensor2tensor `get_ende_bleu.sh`); *paper* is Vaswani et al. 2017, Table 2, on "
-        f"{PAPER_TEST_SET}. *lc tok. BLEU* is lowercased tokenized BLEU as the Multi30k "
-        "literature reports it.",
+        f"{PAPER_TEST_SET}. *lc tok. BLEU* is lowercased tokenized BLEU, the kind the Multi30k "
+        "literature reports (every letter lowercased, also non-ASCII; `multi-bleu.perl -lc` "
+        "lowercases ASCII only, so it is close but not equal).",
         "",
         "| experiment | data | preset | test set | sentences | BLEU | chrF | tok. BLEU | paper "
         "| lc tok. BLEU |",

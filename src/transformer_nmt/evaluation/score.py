@@ -9,8 +9,10 @@ Three views of the same hypotheses:
   references, compound splitting ``a-b`` -> ``a ##AT##-##AT## b``, then ``multi-bleu.perl``
   (case-sensitive BLEU on the tokens, no smoothing). We use sacremoses for the Moses step and
   sacreBLEU with ``tokenize="none", smooth_method="none"`` for multi-bleu.
-- ``bleu_lc_tok``: lowercased BLEU on Moses-tokenised text (``multi-bleu.perl -lc``), the number
-  the Multi30k literature reports.
+- ``bleu_lc_tok``: lowercased BLEU on Moses-tokenised text, the kind of number the Multi30k
+  literature reports. Close to, not equal to, ``multi-bleu.perl -lc``: sacreBLEU lowercases
+  with Python's ``str.lower`` (every letter, ``Ä`` -> ``ä``), Perl's ``lc`` without a UTF-8
+  locale only ASCII letters, so German nouns with umlauts may count differently.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ PAPER_BLEU_METHOD = (
 )
 LC_TOK_BLEU_METHOD = (
     "sacremoses MosesTokenizer(lang, escape=True) on hyp and ref, lowercased BLEU on tokens "
-    "(sacreBLEU tokenize=none, lowercase, smooth=none) = multi-bleu.perl -lc"
+    "(sacreBLEU tokenize=none, lowercase of every letter, smooth=none) ~ multi-bleu.perl -lc "
+    "(which lowercases ASCII letters only)"
 )
 
 

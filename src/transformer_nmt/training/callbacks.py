@@ -112,35 +112,75 @@ class Throughput(Callback):
 
 
 class LogLines(Callback):
-    """One log line per ``log_every_steps`` (step, loss, lr, tokens/s): readable in a Snakemake
-    log file, where a tqdm bar is not."""
+    """One log line per ``log_every_steps`` updates, readable in a Snakemake log file (where a
+    tqdm bar is not): step and percent of ``max_steps``, elapsed time and ETA, the training
+    loss averaged over the updates since the last line, lr, gradient norm and tokens/s; and
+    one line per validation, with the values it measured."""
 
     def __init__(self, every: int, max_steps: int) -> None:
         self.every, self.max_steps = every, max_steps
         self._previous_step = 0
 
     def on_train_start(self, trainer, pl_module) -> None:
-        self._previous_step = trainer.global_step
+        self._previous_step = self._start_step = trainer.global_step
+        self._started = time.monotonic()
+        self._loss_sum, self._loss_count = 0.0, 0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         stepped, self._previous_step = step != self._previous_step, step
-        if not stepped or (step % self.every and step != self.max_steps):
-            return  # a micro-batch of an accumulation, or not a logging step
+        if not stepped:
+            return  # a micro-batch of an accumulation
         m = trainer.callback_metrics
-        parts = [f"step {step}/{self.max_steps}"]
+        if "train/loss" in m:
+            self._loss_sum += float(m["train/loss"])  # a host float: logged from a host value
+            self._loss_count += 1
+        if step % self.every and step != self.max_steps:
+            return
+        elapsed = time.monotonic() - self._started
+        done = step - self._start_step
+        eta = elapsed / done * (self.max_steps - step) if done else float("nan")
+        parts = [
+            f"step {step}/{self.max_steps} ({100 * step / self.max_steps:.0f}%)",
+            f"elapsed {_clock(elapsed)}",
+            f"eta {_clock(eta)}",
+        ]
+        if self._loss_count:
+            parts.append(f"loss {self._loss_sum / self._loss_count:.4f}")
+            self._loss_sum, self._loss_count = 0.0, 0
         for key, fmt in (
-            ("train/loss", "loss {:.4f}"),
-            ("train/ppl", "ppl {:.2f}"),
             ("train/lr", "lr {:.3e}"),
             ("train/grad_norm", "grad_norm {:.3f}"),
             ("train/tgt_tokens_per_s", "tgt tok/s {:.0f}"),
-            ("val/loss", "val_loss {:.4f}"),
         ):
             if key in m:
                 parts.append(fmt.format(float(m[key])))
         if trainer.is_global_zero:
             log.info("  ".join(parts))
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        m = trainer.callback_metrics
+        parts = []
+        for key, fmt in (
+            ("val/loss", "loss {:.4f}"),
+            ("val/ppl", "ppl {:.2f}"),
+            ("val/bleu", "bleu {:.2f}"),
+        ):
+            if key in m:
+                parts.append(fmt.format(float(m[key])))
+        log.info("validation at step %d: %s", trainer.global_step, "  ".join(parts))
+
+
+def _clock(seconds: float) -> str:
+    """``1h02m03s`` / ``2m03s`` / ``?`` for an unknown duration."""
+    if seconds != seconds or seconds == float("inf"):  # NaN or unbounded
+        return "?"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
 class StageRunLogger(Logger):

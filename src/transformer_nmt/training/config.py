@@ -181,6 +181,24 @@ def resolve_accelerator(cfg: TrainConfig) -> str:
     return "gpu" if torch.cuda.is_available() else "cpu"
 
 
+def check_devices_exist(cfg: TrainConfig) -> None:
+    """A GPU config on a machine without one (or with too few) is a one-line ConfigError
+    naming the key, raised before anything starts (no Lightning traceback, no MLflow run)."""
+    if resolve_accelerator(cfg) not in ("gpu", "cuda"):
+        return
+    available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if available == 0:
+        raise ConfigError(
+            f"train config key 'accelerator' is {cfg.accelerator!r} but this machine has no CUDA "
+            "GPU: GPU recipes run with `snakemake --profile profiles/gpu` on a GPU machine; "
+            "here use a CPU config (config/config.yaml) or set train.accelerator: cpu"
+        )
+    if cfg.devices != "auto" and int(cfg.devices) > available:
+        raise ConfigError(
+            f"train config key 'devices' is {cfg.devices} but this machine has {available} GPU(s)"
+        )
+
+
 def resolve_devices(cfg: TrainConfig) -> int:
     """Processes per node: ``devices``, or for "auto" every visible GPU (one CPU process)."""
     if cfg.devices != "auto":
