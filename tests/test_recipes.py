@@ -108,7 +108,12 @@ def test_dry_run_of_every_recipe(tmp_path: Path, recipe: Path) -> None:
     assert len(translate) == len(exp["test_sets"])
     assert all("--beam 4 --alpha 0.6 --max-len-b 50" in cmd for cmd in translate)
     assert len(_shell_commands(out, "score")) == len(exp["test_sets"])
-    assert f"--last {exp['average_last_k']} " in _shell_commands(out, "average")[0]
+    average = _shell_commands(out, "average")[0]
+    if exp["average_last_k"] == "auto":  # the dev set decides K (Multi30k recipes)
+        assert f"--last auto --spm-model results/spm/{exp['dataset']}/{exp['pair']}/" in average
+        assert "--dev-src results/data/" in average and "/valid." in average
+    else:
+        assert f"--last {exp['average_last_k']} " in average
     assert "multi30k_en_de_tiny" not in out
 
 
@@ -228,7 +233,10 @@ def test_configs_are_accepted_by_the_stages_themselves(path: Path) -> None:
             CleanConfig.from_dict(settings["clean"])
     for exp in config["experiments"].values():
         train = TrainConfig.from_dict(exp["train"])
-        assert train.keep_checkpoints >= exp["average_last_k"]
+        if exp["average_last_k"] == "auto":
+            assert exp["dataset"] == "multi30k" and train.keep_checkpoints >= 10
+        else:
+            assert train.keep_checkpoints >= exp["average_last_k"]
         model = model_config_from_spec(
             {"preset": exp["preset"], "overrides": exp["model_overrides"]}
         )

@@ -139,3 +139,33 @@ def test_cli_logs_the_report_into_every_experiments_run(
         (run,) = client.search_runs([experiment.experiment_id])
         assert run.info.run_name == name
         assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["report.md"]
+
+
+def test_a_recipe_report_keeps_every_experiment_under_the_runs_dir(tmp_path: Path) -> None:
+    """The demo ran first (its report recorded what m30k is); a recipe's report then lists both."""
+    runs = tmp_path / "runs"
+    demo = _scores(runs / "m30k", "test_2016_flickr", 31.0)
+    demo_only = {"m30k": EXPERIMENTS["m30k"]}
+    args = ["report", "--scores", str(demo), "--out", str(tmp_path / "demo.md")]
+    assert main([*args, "--experiments", json.dumps(demo_only), "--runs-dir", str(runs)]) == 0
+    assert json.loads((runs / "m30k" / "experiment.json").read_text()) == EXPERIMENTS["m30k"]
+
+    recipe = _scores(runs / "wmt_big", "newstest2014", 27.0)
+    recipe_only = {"wmt_big": EXPERIMENTS["wmt_big"]}
+    out = tmp_path / "report.md"
+    args = ["report", "--scores", str(recipe), "--out", str(out), "--runs-dir", str(runs)]
+    assert main([*args, "--experiments", json.dumps(recipe_only)]) == 0
+    rows = _table_rows(out.read_text(encoding="utf-8"))
+    assert [(r[0], r[1], r[2], r[5]) for r in rows] == [
+        ("m30k", "multi30k en-de", "tiny", "31.00"),  # the demo's row, with what it is
+        ("wmt_big", "wmt14_en_de en-de", "big", "27.00"),
+    ]
+
+
+def test_dev_set_choice_of_averaged_checkpoints_is_in_the_report(tmp_path: Path) -> None:
+    path = _scores(tmp_path / "runs" / "m30k", "test_2016_flickr", 31.0)
+    selection = {"best_k": 5, "dev_bleu": {"1": 30.5, "10": 31.0, "5": 31.25}}
+    (path.parent / "average_selection.json").write_text(json.dumps(selection))
+    text = build_report([path], EXPERIMENTS)
+    assert "## Checkpoint averaging chosen on the dev set" in text
+    assert "| m30k | 1: 30.50, 5: 31.25, 10: 31.00 | 5 |" in text

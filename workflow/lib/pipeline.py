@@ -71,7 +71,8 @@ class Pipeline:
                     "clean)"
                 )
             keep = exp["train"].get("keep_checkpoints")
-            if keep is not None and keep < exp["average_last_k"]:
+            last_k = exp["average_last_k"]
+            if keep is not None and last_k != "auto" and keep < last_k:
                 raise ConfigError(
                     f"{key}.average_last_k: averages {exp['average_last_k']} checkpoints but "
                     f"{key}.train.keep_checkpoints keeps only {keep}"
@@ -125,6 +126,30 @@ class Pipeline:
 
     def train_resource(self, name: str, key: str, default: int) -> int:
         return int(self.experiment(name).get("resources", {}).get(key, default))
+
+    def average_inputs(self, name: str) -> dict[str, str]:
+        """``average_last_k: auto`` scores averages on the dev set: the files it reads."""
+        if self.experiment(name)["average_last_k"] != "auto":
+            return {}
+        return {
+            "spm": self.spm_model(name),
+            "dev_src": self.test_file(name, "valid", "src"),
+            "dev_ref": self.test_file(name, "valid", "tgt"),
+        }
+
+    def average_flags(self, name: str) -> str:
+        """``--last K``, or ``--last auto`` with the dev files and the experiment's search."""
+        last_k = self.experiment(name)["average_last_k"]
+        if last_k != "auto":
+            return f"--last {last_k}"
+        files = self.average_inputs(name)
+        search = self.experiment(name)["translate"]
+        return (
+            f"--last auto --spm-model {files['spm']} --dev-src {files['dev_src']}"
+            f" --dev-ref {files['dev_ref']} --tgt-lang {self.langs(name)[1]}"
+            f" --beam {search['beam']} --alpha {search['alpha']}"
+            f" --max-len-b {search['max_len_b']} --max-tokens {search['max_tokens']}"
+        )
 
     def tracking_flags(self, name: str) -> str:
         """One MLflow experiment per dataset pair, one run per pipeline experiment."""

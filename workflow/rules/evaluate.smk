@@ -56,5 +56,6 @@ rule report:
     benchmark:
         "results/benchmarks/report.tsv"
     shell:
-        "python -m transformer_nmt report --scores {input:q} --out {output.report:q}"
+        "python -m transformer_nmt report --scores {input:q} --runs-dir results/runs"
+        " --out {output.report:q}"
         " --experiments {params.experiments:q} --mlflow > {log:q} 2>&1"

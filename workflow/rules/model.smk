@@ -38,11 +38,13 @@ rule train:
 
 rule average:
     input:
+        unpack(lambda wc: pipeline.average_inputs(wc.experiment)),
         summary=rules.train.output.summary,
     output:
         model=paths.AVERAGED_MODEL,
     params:
-        last_k=lambda wc: pipeline.experiment(wc.experiment)["average_last_k"],
+        # --last K, or --last auto with the dev files and the experiment's search settings
+        last_k=lambda wc: pipeline.average_flags(wc.experiment),
         checkpoint_dir=paths.CHECKPOINT_DIR,
         tracking=lambda wc: pipeline.tracking_flags(wc.experiment),
     log:
@@ -51,4 +53,4 @@ rule average:
         "results/benchmarks/average/{experiment}.tsv"
     shell:
         "python -m transformer_nmt average --checkpoint-dir {params.checkpoint_dir:q}"
-        " --last {params.last_k} --out {output.model:q} {params.tracking} > {log:q} 2>&1"
+        " {params.last_k} --out {output.model:q} {params.tracking} > {log:q} 2>&1"

@@ -1,6 +1,10 @@
 """``average``: average the last K checkpoints into one model file (§6.1: K = 5 for base models,
 20 for big ones), or an explicit list of checkpoints. fp32 accumulation, identical weights
-required, weights only (``checkpoints.MODEL_FILE_FORMAT``)."""
+required, weights only (``checkpoints.MODEL_FILE_FORMAT``).
+
+``--last auto`` chooses K on the dev set (``transformer_nmt.selection``): it needs the pair's
+SentencePiece model, the dev source and reference files and the target language, and writes the
+table K -> dev BLEU to ``average_selection.json`` beside the model file."""
 
 from __future__ import annotations
 
@@ -10,6 +14,10 @@ from pathlib import Path
 
 from transformer_nmt import tracking
 from transformer_nmt.errors import CheckpointError, ConfigError
+from transformer_nmt.search.settings import SearchSettings
+
+AUTO = "auto"
+SELECTION_FILE = "average_selection.json"
 
 log = logging.getLogger(__name__)
 
@@ -19,9 +27,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--checkpoint-dir", type=Path, help="a run's checkpoints/ directory")
     source.add_argument("--inputs", type=Path, nargs="+", help="explicit checkpoint files")
     parser.add_argument(
-        "--last", type=int, default=None, help="average the newest K checkpoints (§6.1: 5 or 20)"
+        "--last",
+        default=None,
+        help="average the newest K checkpoints (§6.1: 5 or 20), or 'auto': the K of "
+        "{1, 5, 10, 20} with the best dev BLEU (with --spm-model, --dev-src/--dev-ref, --tgt-lang)",
     )
     parser.add_argument("--out", type=Path, required=True, help="model file to write")
+    parser.add_argument(
+        "--spm-model", type=Path, help="--last auto: the pair's SentencePiece model"
+    )
+    parser.add_argument("--dev-src", type=Path, help="--last auto: dev source sentences")
+    parser.add_argument("--dev-ref", type=Path, help="--last auto: dev references")
+    parser.add_argument("--tgt-lang", help="--last auto: target language (for scoring)")
+    defaults = SearchSettings()
+    parser.add_argument("--beam", type=int, default=defaults.beam, help="--last auto: beam size")
+    parser.add_argument("--alpha", type=float, default=defaults.alpha, help="--last auto: α")
+    parser.add_argument("--max-len-b", type=int, default=defaults.max_len_b)
+    parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
     tracking.add_cli_arguments(parser)
 
 
@@ -32,8 +54,24 @@ def select(args: argparse.Namespace) -> list[Path]:
         if args.last is not None:
             raise ConfigError("--last applies to --checkpoint-dir, not to --inputs")
         return list(args.inputs)
+    if args.last == AUTO:
+        missing = [
+            f"--{k.replace('_', '-')}"
+            for k in ("spm_model", "dev_src", "dev_ref", "tgt_lang")
+            if getattr(args, k) is None
+        ]
+        if missing:
+            raise ConfigError(f"--last auto needs {', '.join(missing)}")
+        found = list_checkpoints(args.checkpoint_dir)
+        if not found:
+            raise CheckpointError(f"{args.checkpoint_dir}: no checkpoints to average")
+        return found
+    try:
+        args.last = int(args.last)
+    except (TypeError, ValueError):
+        args.last = None
     if args.last is None or args.last <= 0:
-        raise ConfigError(f"--last must be a positive number of checkpoints, got {args.last}")
+        raise ConfigError("--last must be a positive number of checkpoints or 'auto'")
     found = list_checkpoints(args.checkpoint_dir)
     if len(found) < args.last:
         raise CheckpointError(
@@ -70,16 +108,48 @@ def run(args: argparse.Namespace) -> int:
         params={"last": args.last if args.last is not None else len(paths)},
         tags={"average.sources": ",".join(p.name for p in paths)},
     ) as mlrun:
-        state = average_checkpoints(paths)
-        save_model_file(
-            args.out,
-            model_config=first["model_config"],
-            state_dict=state,
-            vocab=first["vocab"],
-            step=max(steps),
-            source_checkpoints=[p.name for p in paths],
-        )
+        if args.last == AUTO:
+            num_averaged = _select_on_dev(args, paths, mlrun, max(steps))
+        else:
+            state = average_checkpoints(paths)
+            save_model_file(
+                args.out,
+                model_config=first["model_config"],
+                state_dict=state,
+                vocab=first["vocab"],
+                step=max(steps),
+                source_checkpoints=[p.name for p in paths],
+            )
+            num_averaged = len(paths)
         if mlrun is not None:
-            mlrun.log_metrics({"average/num_checkpoints": len(paths)}, step=max(steps))
-    log.info("wrote %s (step %d)", args.out, max(steps))
+            mlrun.log_metrics({"average/num_checkpoints": num_averaged}, step=max(steps))
+    log.info("wrote %s (step %d, %d checkpoint(s) averaged)", args.out, max(steps), num_averaged)
     return 0
+
+
+def _select_on_dev(args: argparse.Namespace, paths: list[Path], mlrun, step: int) -> int:
+    """``--last auto``: the best K on the dev set; writes the model and the selection table."""
+    from transformer_nmt.io_utils import write_json
+    from transformer_nmt.selection import select_average
+
+    settings = SearchSettings(
+        beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens
+    )
+    selection = select_average(
+        paths, args.out, spm_model=args.spm_model, dev_src=args.dev_src, dev_ref=args.dev_ref,
+        tgt_lang=args.tgt_lang, settings=settings,
+    )  # fmt: skip
+    table = args.out.parent / SELECTION_FILE
+    write_json(table, {**selection.to_dict(), "dev_src": str(args.dev_src), "step": step})
+    log.info(
+        "chose the last %d checkpoint(s): dev BLEU %s",
+        selection.best_k,
+        ", ".join(f"K={k}: {b:.2f}" for k, b in selection.dev_bleu.items()),
+    )
+    if mlrun is not None:
+        mlrun.log_metrics(
+            {f"average/dev_bleu_last{k}": b for k, b in selection.dev_bleu.items()}, step=step
+        )
+        mlrun.set_tags({"average.best_k": selection.best_k})
+        mlrun.log_artifact(table)
+    return selection.best_k

@@ -7,8 +7,12 @@ import json
 import logging
 
 from transformer_nmt.errors import ConfigError
-from transformer_nmt.evaluation.report import build_report
-from transformer_nmt.io_utils import atomic_open
+from transformer_nmt.evaluation.report import (
+    EXPERIMENT_FILE,
+    build_report,
+    collect_score_files,
+)
+from transformer_nmt.io_utils import atomic_open, write_json
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +30,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="{}",
         help='JSON: {"<experiment>": {"dataset": ..., "pair": "en-de", "preset": "base"}}; '
         "puts the paper's Table 2 number beside WMT14 base/big rows",
+    )
+    parser.add_argument(
+        "--runs-dir",
+        default=None,
+        help="also report every <runs-dir>/<experiment>/*.scores.json (experiments of other "
+        "configs, e.g. results/runs): a recipe's report keeps the demo's rows",
     )
     parser.add_argument(
         "--mlflow",
@@ -51,10 +61,16 @@ def _parse_experiments(text: str) -> dict[str, dict[str, str]]:
 
 def run(args: argparse.Namespace) -> int:
     experiments = _parse_experiments(args.experiments)
-    text = build_report(args.scores, experiments)
+    paths = collect_score_files(args.scores, args.runs_dir)
+    # What each experiment of this config is, beside its scores: later reports of other configs
+    # (which do not know it) still put the paper's number and the preset on its rows.
+    for path in paths:
+        if path.parent.name in experiments:
+            write_json(path.parent / EXPERIMENT_FILE, experiments[path.parent.name])
+    text = build_report(paths, experiments)
     with atomic_open(args.out) as handle:
         handle.write(text)
-    log.info("wrote %s (%d score files)", args.out, len(args.scores))
+    log.info("wrote %s (%d score files)", args.out, len(paths))
     if args.mlflow:
         from transformer_nmt import tracking
 

@@ -16,6 +16,10 @@ from typing import Any
 from transformer_nmt.errors import DataError
 
 SCORES_SUFFIX = ".scores.json"
+# Beside a run's scores: what the experiment is (written by the report stage, read by later
+# reports of other configs) and the dev-set choice of averaged checkpoints (average --last auto).
+EXPERIMENT_FILE = "experiment.json"
+SELECTION_FILE = "average_selection.json"
 
 # Vaswani et al. 2017, Table 2: BLEU on newstest2014 (tokenized, compound-split; see score.py).
 # Keyed by (dataset, pair, preset). EN-FR big is 41.8 in the final version (41.0 in arXiv v1).
@@ -92,8 +96,12 @@ def _fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}"
 
 
-def render_report(rows: Iterable[ReportRow]) -> str:
-    """Markdown: one table row per experiment × test set, then the metric signatures."""
+def render_report(
+    rows: Iterable[ReportRow], selections: Mapping[str, Mapping[str, Any]] | None = None
+) -> str:
+    """Markdown: one table row per experiment × test set, the checkpoint-averaging choices made
+    on the dev set (``selections``: experiment -> ``average_selection.json``), then the metric
+    signatures."""
     rows = sorted(rows, key=lambda r: (r.experiment, r.test_set))
     if not rows:
         raise DataError("no scores to report")
@@ -120,6 +128,23 @@ def render_report(rows: Iterable[ReportRow]) -> str:
             f"| {_fmt(r.scores['bleu_paper'])} | {_fmt(r.paper_bleu)} "
             f"| {_fmt(r.scores['bleu_lc_tok'])} |"
         )
+    if selections:
+        lines += [
+            "",
+            "## Checkpoint averaging chosen on the dev set",
+            "",
+            "`average_last_k: auto`: the average of the last K checkpoints with the best dev BLEU "
+            "(beam search) is the model; §6.1 averages a fixed 5 (base) or 20 (big).",
+            "",
+            "| experiment | K → dev BLEU | chosen K |",
+            "|---|---|---:|",
+        ]
+        for name, sel in sorted(selections.items()):
+            table = ", ".join(
+                f"{k}: {float(b):.2f}"
+                for k, b in sorted(sel["dev_bleu"].items(), key=lambda kv: int(kv[0]))
+            )
+            lines.append(f"| {name} | {table} | {sel['best_k']} |")
     lines += ["", "## Signatures", ""]
     for metric in ("bleu", "chrf"):
         for signature in sorted({r.signatures[metric] for r in rows if r.signatures[metric]}):
@@ -127,15 +152,54 @@ def render_report(rows: Iterable[ReportRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def collect_score_files(
+    score_paths: Iterable[str | Path], runs_dir: str | Path | None
+) -> list[Path]:
+    """``score_paths`` plus every ``<runs_dir>/<experiment>/*.scores.json`` (the experiments
+    of other configs: a recipe's report keeps the demo's rows)."""
+    paths = [Path(p) for p in score_paths]
+    if runs_dir is not None:
+        given = {p.resolve() for p in paths}
+        found = sorted(Path(runs_dir).glob(f"*/*{SCORES_SUFFIX}"))
+        paths += [p for p in found if p.resolve() not in given]
+    return paths
+
+
+def known_experiments(
+    score_paths: Iterable[Path], experiments: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Mapping[str, Any]]:
+    """``experiments`` plus what the runs of other configs recorded in ``experiment.json``."""
+    known: dict[str, Mapping[str, Any]] = {}
+    for path in score_paths:
+        name = path.parent.name
+        record = path.parent / EXPERIMENT_FILE
+        if name not in experiments and name not in known and record.is_file():
+            try:
+                known[name] = json.loads(record.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as err:
+                raise DataError(f"{record}: not valid JSON ({err})") from err
+    return {**known, **experiments}
+
+
 def build_report(
     score_paths: Iterable[str | Path], experiments: Mapping[str, Mapping[str, Any]]
 ) -> str:
-    """Read every scores file and render the report."""
-    rows = [load_row(p, experiments) for p in score_paths]
+    """Read every scores file (and the dev-set selections beside them) and render the report."""
+    paths = [Path(p) for p in score_paths]
+    experiments = known_experiments(paths, experiments)
+    rows = [load_row(p, experiments) for p in paths]
+    selections = {}
+    for path in paths:
+        selection = path.parent / SELECTION_FILE
+        if selection.is_file():
+            try:
+                selections[path.parent.name] = json.loads(selection.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as err:
+                raise DataError(f"{selection}: not valid JSON ({err})") from err
     seen: dict[tuple[str, str], ReportRow] = {}
     for row in rows:
         key = (row.experiment, row.test_set)
         if key in seen:
             raise DataError(f"scores for {key[0]} / {key[1]} given twice")
         seen[key] = row
-    return render_report(rows)
+    return render_report(rows, selections)
