@@ -128,6 +128,14 @@ def test_train_config_bad_value_names_the_key(key: str, value: object) -> None:
         TrainConfig.from_dict({key: value})
 
 
+def test_beam_bleu_interval_must_fall_on_validations() -> None:
+    with pytest.raises(
+        ConfigError, match="'val_beam_bleu_every_steps' \\(150\\) must be a multiple"
+    ):
+        TrainConfig(val_every_steps=100, val_beam_bleu_every_steps=150)
+    assert TrainConfig(val_every_steps=100, val_beam_bleu_every_steps=300)
+
+
 def test_train_config_round_trips_and_defaults_follow_the_paper() -> None:
     cfg = TrainConfig()
     assert (cfg.max_steps, cfg.warmup, cfg.adam_betas, cfg.adam_eps) == (
@@ -392,12 +400,14 @@ def test_time_based_checkpoints_keep_the_newest_and_validation_bleu(
         keep_checkpoints=2,
         val_every_steps=2,
         val_bleu_sentences=8,
+        val_beam_bleu_every_steps=4,
     )
     assert main(argv) == 0
     names = [p.name for p in list_checkpoints(run / "checkpoints")]
     assert names == ["step=00000003.ckpt", "step=00000004.ckpt"]
     metrics = json.loads((run / "train_summary.json").read_text())["metrics"]
     assert 0.0 <= metrics["val/bleu"] <= 100.0
+    assert 0.0 <= metrics["val/bleu_beam"] <= 100.0  # beam search on the whole dev set
     assert metrics["val/ppl"] == pytest.approx(math.exp(metrics["val/nll"]))
 
 

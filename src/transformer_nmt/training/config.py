@@ -53,6 +53,9 @@ class TrainConfig:
     keep_checkpoints: int = 5  # must be >= the number averaged (§6.1: 5 base, 20 big)
     val_every_steps: int = 1000
     val_bleu_sentences: int = 0  # greedy validation BLEU on this many sentences; 0 = off
+    # §6.1 beam-search BLEU on the whole dev set at this interval (a multiple of
+    # val_every_steps; also at max_steps); null = off. Costly on CPUs.
+    val_beam_bleu_every_steps: int | None = None
     log_every_steps: int = 100
     num_workers: int = 0
     max_positions: int = 1024
@@ -94,6 +97,7 @@ RESUMABLE_KEYS = frozenset(
         "keep_checkpoints",
         "val_every_steps",
         "val_bleu_sentences",
+        "val_beam_bleu_every_steps",
         "log_every_steps",
         "num_workers",
         "accelerator",
@@ -146,6 +150,13 @@ def _validate(cfg: TrainConfig) -> None:
     for key in ("keep_checkpoints", "val_every_steps", "log_every_steps", "max_positions"):
         positive_int(key)
     positive_int("checkpoint_every_steps", allow_none=True)
+    positive_int("val_beam_bleu_every_steps", allow_none=True)
+    every = cfg.val_beam_bleu_every_steps
+    if isinstance(every, int) and not isinstance(every, bool) and every % cfg.val_every_steps:
+        raise ConfigError(
+            f"train config key 'val_beam_bleu_every_steps' ({every}) must be a multiple of "
+            f"'val_every_steps' ({cfg.val_every_steps}): it runs at validations"
+        )
     for key in ("seed", "val_bleu_sentences", "num_workers"):
         value = getattr(cfg, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

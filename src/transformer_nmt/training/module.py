@@ -3,7 +3,8 @@
 It owns the label-smoothed loss (§5.4), Adam with the per-update learning-rate schedule (§5.3)
 and the logging: smoothed training loss per target token, NLL and perplexity, learning rate,
 gradient norm (before clipping), validation loss/perplexity
-and optional greedy validation BLEU on the first ``val_bleu_sentences`` validation sentences.
+optional greedy validation BLEU on the first ``val_bleu_sentences`` validation sentences, and
+optional §6.1 beam-search BLEU on the whole dev set every ``val_beam_bleu_every_steps``.
 Throughput (tokens per second) is measured by ``callbacks.Throughput``.
 
 Its hyper-parameters are plain types (dicts of numbers and strings), so Lightning checkpoints
@@ -160,36 +161,57 @@ class TranslationModule(L.LightningModule):
         ntokens = float(sums[2].clamp(min=1))
         loss, nll = float(sums[0]) / ntokens, float(sums[1]) / ntokens
         metrics = {"val/loss": loss, "val/nll": nll, "val/ppl": math.exp(min(nll, 50.0))}
-        if self.train_cfg.val_bleu_sentences > 0:
-            bleu = self._validation_bleu() if self.trainer.is_global_zero else 0.0
-            metrics["val/bleu"] = float(self.trainer.strategy.broadcast(bleu, src=0))
+        cfg, step = self.train_cfg, self.global_step
+        if cfg.val_bleu_sentences > 0:  # cheap: greedy on the first sentences
+            limit = cfg.val_bleu_sentences
+            metrics["val/bleu"] = self._from_rank_zero(lambda: self._dev_bleu(limit, beam=False))
+        every = cfg.val_beam_bleu_every_steps
+        if every and (step % every == 0 or step >= cfg.max_steps):
+            # the real search (§6.1: beam 4, α = 0.6) on the whole dev set: what the average
+            # stage chooses on, as a curve
+            metrics["val/bleu_beam"] = self._from_rank_zero(lambda: self._dev_bleu(None, beam=True))
         for key, value in metrics.items():
             self.log(key, value, on_epoch=True, prog_bar=key == "val/loss", sync_dist=False)
 
+    def _from_rank_zero(self, compute) -> float:
+        """A value computed on rank 0 (``compute`` is a zero-argument callable), on every rank."""
+        value = compute() if self.trainer.is_global_zero else 0.0
+        return float(self.trainer.strategy.broadcast(value, src=0))
+
     @torch.no_grad()
-    def _validation_bleu(self) -> float:
-        """Detokenized sacreBLEU of greedy translations of the first validation sentences."""
+    def _dev_bleu(self, limit: int | None, *, beam: bool) -> float:
+        """Detokenised sacreBLEU of the first ``limit`` dev sentences (None: all), translated
+        greedily or with the §6.1 beam search (``search.SearchSettings``)."""
         import sacrebleu
         import sentencepiece as spm
 
         from transformer_nmt.data.batch import source_batch
-        from transformer_nmt.search import greedy_search
+        from transformer_nmt.search import SearchSettings, beam_search, greedy_search
 
         if not self.hparams.spm_model:
             return math.nan
         sp = spm.SentencePieceProcessor(model_file=str(self.hparams.spm_model))
         data = self.trainer.datamodule.dataset(self.hparams.valid_split)
-        n = min(self.train_cfg.val_bleu_sentences, len(data))
+        n = len(data) if limit is None else min(limit, len(data))
+        settings = SearchSettings()
+        ids = dict(bos_id=self.bos_id, eos_id=self.eos_id, pad_id=self.pad_id)
         hyps: list[str] = []
         refs: list[str] = []
         for start in range(0, n, 64):
-            ids = range(start, min(start + 64, n))
-            src = source_batch([data.src[i] for i in ids]).to(self.device)
-            out = greedy_search(
-                self.model, src, bos_id=self.bos_id, eos_id=self.eos_id, pad_id=self.pad_id
-            )
+            batch = range(start, min(start + 64, n))
+            src = source_batch([data.src[i] for i in batch]).to(self.device)
+            if beam:
+                out = [
+                    nbest[0].tokens
+                    for nbest in beam_search(
+                        self.model, src, beam_size=settings.beam, alpha=settings.alpha,
+                        max_len_b=settings.max_len_b, **ids,
+                    )
+                ]  # fmt: skip
+            else:
+                out = greedy_search(self.model, src, max_len_b=settings.max_len_b, **ids)
             hyps.extend(sp.decode(list(map(int, tokens))) for tokens in out)
-            refs.extend(sp.decode(data.tgt[i].astype(int).tolist()) for i in ids)
+            refs.extend(sp.decode(data.tgt[i].astype(int).tolist()) for i in batch)
         return float(sacrebleu.corpus_bleu(hyps, [refs]).score)
 
     # --- optimisation (§5.3) -------------------------------------------------------------------
