@@ -422,6 +422,8 @@ def test_corrupt_newest_checkpoint_is_named_and_not_skipped(
     assert main(train_argv(corpus, run, max_steps=15)) == 2
     err = capsys.readouterr().err
     assert "step=00000010.ckpt" in err and "cannot be read" in err
+    assert "delete it (or move it away) to resume from the previous checkpoint" in err
+    assert err.rstrip().endswith("step=00000005.ckpt")
     assert [p.name for p in list_checkpoints(run / "checkpoints")] == [
         "step=00000005.ckpt",
         "step=00000010.ckpt",

@@ -24,15 +24,24 @@ def _current_umask() -> int:
     return mask
 
 
+TEMP_SUFFIX = ".tmp"
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path in the target's directory; rename it onto ``target`` on success.
 
-    On any exception the temporary file is removed and ``target`` is left untouched.
+    The temporary file lives beside the target (never in ``$TMPDIR``, often another filesystem
+    on clusters, where a rename becomes a copy that a kill can cut short), is flushed to disk
+    (fsync) before the rename, and the directory entry after it: the target is either whole or
+    absent, also after a crash. On any exception the temporary file is removed and ``target``
+    is left untouched; a killed writer's temporary file is removed by ``remove_stale_temps``.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp_name = tempfile.mkstemp(
+        prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent
+    )
     # mkstemp creates 0600 files; give the output the mode a plain open() would (0666 & ~umask),
     # so results stay readable by the group on shared clusters.
     os.fchmod(fd, 0o666 & ~_current_umask())
@@ -40,10 +49,36 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
+        _fsync(tmp)
         os.replace(tmp, target)
+        _fsync(target.parent)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems cannot fsync a directory; the data file is synced
+        if not path.is_dir():
+            raise
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temps(directory: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporary files ``atomic_path`` left in ``directory`` when its writer was
+    killed (``.<name>.<random>.tmp``); returns what was removed. Call it only while no other
+    process writes there (a run holds its run directory's lock)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    stale = [p for p in directory.glob(f".*{TEMP_SUFFIX}") if p.is_file()]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 @contextlib.contextmanager

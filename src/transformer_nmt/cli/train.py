@@ -11,6 +11,7 @@ The run itself is ``training.run.train_run``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -59,7 +60,13 @@ def run(args: argparse.Namespace) -> int:
     from transformer_nmt.data.vocab import load_vocab_info
     from transformer_nmt.model.config import model_config_from_spec
     from transformer_nmt.training.config import TrainConfig, check_devices_exist
-    from transformer_nmt.training.run import SUMMARY_FILE, RunData, plan_start, train_run
+    from transformer_nmt.training.run import (
+        SUMMARY_FILE,
+        RunData,
+        plan_start,
+        run_dir_lock,
+        train_run,
+    )
 
     try:
         model_cfg = model_config_from_spec(parse_json("--model", args.model))
@@ -78,28 +85,31 @@ def run(args: argparse.Namespace) -> int:
 
         callbacks.append(BatchTrace(Path(trace_dir)))
 
-    start = plan_start(args.run_dir, model_cfg, train_cfg, vocab)
-    params = {"model": model_cfg.to_dict(), **train_cfg.to_dict()}
-    tags = {"data.spm_sha256": vocab.sha256, "data.vocab_size": vocab.size}
-    experiment = args.mlflow_experiment if rank_zero_only.rank == 0 else None
-    with tracking.stage_run(
-        experiment, args.mlflow_run, "train", params, tags, new_run_reason=start.reason
-    ) as mlrun:
-        if mlrun is not None:
-            mlrun.log_artifact(args.spm_model, "data")
-            if args.clean_report is not None and args.clean_report.is_file():
-                mlrun.log_artifact(args.clean_report, "data")
-        summary = train_run(
-            data,
-            args.run_dir,
-            model_cfg,
-            train_cfg,
-            vocab,
-            start=start,
-            tracker=mlrun,
-            callbacks=callbacks,
-            progress_bar=sys.stderr.isatty(),
-        )
-        if mlrun is not None and summary is not None:
-            mlrun.log_artifact(args.run_dir / SUMMARY_FILE)
+    # one trainer per run directory (rank 0 holds the lock; DDP ranks are its children)
+    lock = run_dir_lock(args.run_dir) if rank_zero_only.rank == 0 else contextlib.nullcontext()
+    with lock:
+        start = plan_start(args.run_dir, model_cfg, train_cfg, vocab)
+        params = {"model": model_cfg.to_dict(), **train_cfg.to_dict()}
+        tags = {"data.spm_sha256": vocab.sha256, "data.vocab_size": vocab.size}
+        experiment = args.mlflow_experiment if rank_zero_only.rank == 0 else None
+        with tracking.stage_run(
+            experiment, args.mlflow_run, "train", params, tags, new_run_reason=start.reason
+        ) as mlrun:
+            if mlrun is not None:
+                mlrun.log_artifact(args.spm_model, "data")
+                if args.clean_report is not None and args.clean_report.is_file():
+                    mlrun.log_artifact(args.clean_report, "data")
+            summary = train_run(
+                data,
+                args.run_dir,
+                model_cfg,
+                train_cfg,
+                vocab,
+                start=start,
+                tracker=mlrun,
+                callbacks=callbacks,
+                progress_bar=sys.stderr.isatty(),
+            )
+            if mlrun is not None and summary is not None:
+                mlrun.log_artifact(args.run_dir / SUMMARY_FILE)
     return 0

@@ -4,6 +4,8 @@ reseeding (resume-exact dropout), log lines for Snakemake log files, MLflow logg
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -15,7 +17,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
-from transformer_nmt.checkpoints import LIGHTNING_FILENAME
+from transformer_nmt.checkpoints import LIGHTNING_FILENAME, checkpoint_name
 from transformer_nmt.training.config import TrainConfig
 
 if TYPE_CHECKING:
@@ -53,6 +55,72 @@ class StepCheckpoint(ModelCheckpoint):
             trainer
         ):
             self._save_topk_checkpoint(trainer, self._monitor_candidates(trainer))
+
+
+class TrainingStopped(Exception):
+    """Raised by ``StopOnSignal`` to end ``fit`` after a SIGINT/SIGTERM (mapped to a clear
+    error by ``training.run``)."""
+
+    def __init__(self, signal_name: str, step: int, saved: bool) -> None:
+        super().__init__(f"stopped by {signal_name} at step {step}")
+        self.signal_name, self.step, self.saved = signal_name, step, saved
+
+
+class StopOnSignal(Callback):
+    """SIGTERM (what SLURM and Snakemake send) and SIGINT (Ctrl-C) stop training at the end of
+    the current update, where the state is whole: a single-process run saves a checkpoint
+    there, then ``fit`` ends with ``TrainingStopped``.
+
+    In a single process both signals are taken over here (a second one stops at once). In DDP,
+    SIGTERM stays Lightning's (it stops all ranks together at the next batch; the periodic
+    checkpoints are the resume point there), and SIGINT of rank 0 likewise waits for the end of
+    the update but saves nothing.
+    """
+
+    def __init__(self, checkpoint: StepCheckpoint) -> None:
+        self.checkpoint = checkpoint
+        self._received: str | None = None
+        self._previous_handlers: dict[int, Any] = {}
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._previous_step = trainer.global_step
+        if threading.current_thread() is not threading.main_thread():
+            return
+        signals = [signal.SIGINT] + ([signal.SIGTERM] if trainer.world_size == 1 else [])
+        for signum in signals:
+            self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self._received is not None:  # a second signal: stop now
+            raise KeyboardInterrupt(f"second {name}")
+        self._received = name
+        log.warning("%s: stopping at the end of this update (send it again to stop now)", name)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        stepped, self._previous_step = step != self._previous_step, step
+        name = self._received or ("SIGTERM" if trainer.received_sigterm else None)
+        if name is None or not stepped or step >= trainer.max_steps:
+            return  # no signal, mid-accumulation (wait for the update's end), or done anyway
+        # the periodic checkpoint of this step may already be written
+        saved = (Path(self.checkpoint.dirpath) / checkpoint_name(step)).is_file()
+        if not saved and trainer.world_size == 1:
+            candidates = self.checkpoint._monitor_candidates(trainer)
+            self.checkpoint._save_topk_checkpoint(trainer, candidates)
+            saved = True
+        raise TrainingStopped(name, step, saved)
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)
+        self._previous_handlers = {}
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._restore()
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self._restore()
 
 
 class StepSeed(Callback):

@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader
 
 from transformer_nmt import checkpoints as ckpt_lib
 from transformer_nmt.data.datamodule import TranslationDataModule
-from transformer_nmt.errors import ConfigError
+from transformer_nmt.errors import CheckpointError, ConfigError
 from transformer_nmt.io_utils import write_json
 from transformer_nmt.training.config import TrainConfig, learning_fingerprint, learning_settings
 
@@ -119,7 +119,17 @@ def start_point(
     if not found:
         return ResumePoint()
     newest = found[-1]
-    payload = ckpt_lib.load_checkpoint(newest)  # CheckpointError names a corrupt file
+    try:
+        payload = ckpt_lib.load_checkpoint(newest)
+    except CheckpointError as err:
+        # Never silently train again over the steps it held: say what to do instead.
+        previous = found[-2].name if len(found) > 1 else None
+        hint = (
+            f"delete it (or move it away) to resume from the previous checkpoint {previous}"
+            if previous
+            else "delete it (or move it away) to start this run from scratch"
+        )
+        raise CheckpointError(f"{err}; it is the newest checkpoint of this run: {hint}") from err
     record = _learning_record(payload, newest)
     fingerprint = learning_fingerprint(model_config, vocab_sha256, train_cfg)
     step = int(payload.get("global_step", ckpt_lib.checkpoint_step(newest) or 0))

@@ -7,10 +7,14 @@ CLI (``cli/train.py``) only parses, opens tracking and calls it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
+import os
+import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from transformer_nmt.checkpoints import CHECKPOINT_DIR, list_checkpoints
 from transformer_nmt.data.vocab import VocabInfo
 from transformer_nmt.errors import UserFacingError
-from transformer_nmt.io_utils import write_json
+from transformer_nmt.io_utils import remove_stale_temps, write_json
 from transformer_nmt.model.config import ModelConfig
-from transformer_nmt.training.callbacks import StageRunLogger, Throughput
+from transformer_nmt.training.callbacks import StageRunLogger, Throughput, TrainingStopped
 from transformer_nmt.training.config import TrainConfig, resolve
 from transformer_nmt.training.module import NonFiniteLossError, TranslationModule
 from transformer_nmt.training.resume import (
@@ -42,10 +47,45 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "train_summary.json"
+LOCK_FILE = ".train.lock"
 
 
 class TrainingInterrupted(UserFacingError):
     """Training ended before max_steps without an error (interrupted): no summary is written."""
+
+
+class RunDirectoryBusy(UserFacingError):
+    """Another trainer holds the run directory's lock."""
+
+
+@contextlib.contextmanager
+def run_dir_lock(run_dir: Path) -> Iterator[None]:
+    """One trainer per run directory: an exclusive ``fcntl`` lock on ``<run_dir>/.train.lock``
+    for the whole job. A second trainer (say an orphan of a killed Snakemake, then a re-run)
+    fails at once naming the holder, instead of training the same steps into the same files.
+    The kernel releases the lock when its process dies, however it dies."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(run_dir / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 (held until exit)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "a process"
+        handle.close()
+        raise RunDirectoryBusy(
+            f"{run_dir}: another trainer is running in this run directory ({holder}); wait for "
+            "it to end or stop it, then run again"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since {stamp}\n")
+    handle.flush()
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
 
 
 @dataclass(frozen=True)
@@ -64,8 +104,13 @@ def plan_start(
     run_dir: Path, model_cfg: ModelConfig, train_cfg: TrainConfig, vocab: VocabInfo
 ) -> ResumePoint:
     """Where the run in ``run_dir`` starts (``resume.start_point``); on rank 0 the checkpoints
-    of a run with other settings move aside. Decide this before opening tracking: a run that
-    starts over gets a fresh MLflow run."""
+    of a run with other settings move aside and a killed writer's temporary files are removed
+    (rank 0 holds ``run_dir_lock``). Decide this before opening tracking: a run that starts
+    over gets a fresh MLflow run."""
+    if rank_zero_only.rank == 0:
+        for directory in (run_dir, run_dir / CHECKPOINT_DIR):
+            for stale in remove_stale_temps(directory):
+                log.warning("removed %s, left by a writer that was killed", stale)
     return start_point(
         run_dir / CHECKPOINT_DIR,
         model_config=model_cfg.to_dict(),
@@ -167,6 +212,15 @@ def train_run(
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume.path, weights_only=True)
     except NonFiniteLossError as err:
         raise NonFiniteLossError(f"{err}; last good checkpoint: {_newest(ckpt_dir)}") from err
+    except TrainingStopped as err:
+        raise TrainingInterrupted(
+            f"{err} (newest checkpoint: {_newest(ckpt_dir)}); run the same command again to resume"
+        ) from err
+    except SIGTERMException as err:  # Lightning's own stop (DDP, or mid-accumulation)
+        raise TrainingInterrupted(
+            f"stopped by SIGTERM at step {trainer.global_step} (newest checkpoint: "
+            f"{_newest(ckpt_dir)}); run the same command again to resume"
+        ) from err
     if trainer.global_step < train_cfg.max_steps:  # e.g. Ctrl-C: Lightning returns from fit
         raise TrainingInterrupted(
             f"training stopped at step {trainer.global_step} before max_steps="

@@ -11,12 +11,36 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from transformer_nmt.checkpoints import CHECKPOINT_DIR
-from transformer_nmt.training.callbacks import LogLines, StepCheckpoint, StepSeed, Throughput
+from transformer_nmt.io_utils import atomic_path
+from transformer_nmt.training.callbacks import (
+    LogLines,
+    StepCheckpoint,
+    StepSeed,
+    StopOnSignal,
+    Throughput,
+)
 from transformer_nmt.training.config import Resolved, TrainConfig, resolve, resolve_strategy
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Checkpoints written through ``io_utils.atomic_path``: to a temporary file in the
+    checkpoint directory itself, fsynced, then renamed. Lightning's own writer stages the file
+    in ``$TMPDIR``, which on clusters is another filesystem: there the final move is a copy,
+    and a job killed during it leaves a truncated ``step=N.ckpt`` that every re-run trips on."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        if storage_options is not None:
+            raise TypeError("AtomicCheckpointIO takes no storage_options")
+        with atomic_path(path) as tmp:
+            torch.save(checkpoint, tmp)
 
 
 def build_trainer(
@@ -34,9 +58,13 @@ def build_trainer(
     # Under SLURM, Snakemake's executor owns resubmission and a rerun resumes from checkpoints/
     # (resume.start_point): Lightning's own requeue on SIGUSR1, with its hpc_ckpt_*.ckpt
     # files (which it would also prefer on resume), stays off.
-    plugins = [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None
+    plugins: list[Any] = [AtomicCheckpointIO()]
+    if SLURMEnvironment.detect():
+        plugins.append(SLURMEnvironment(auto_requeue=False))
+    checkpoint = StepCheckpoint(run_dir / CHECKPOINT_DIR, cfg)
     all_callbacks: list[Callback] = [
-        StepCheckpoint(run_dir / CHECKPOINT_DIR, cfg),
+        checkpoint,
+        StopOnSignal(checkpoint),
         StepSeed(cfg.seed),
         Throughput(cfg.log_every_steps),
         LogLines(cfg.log_every_steps, cfg.max_steps),
