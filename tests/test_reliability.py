@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_training import REPO_ROOT, corpus, train_argv  # noqa: F401  (fixture)
+from tests.test_training import (  # noqa: F401  (corpus: the fixture)
+    REPO_ROOT,
+    corpus,
+    spawn_training,
+    train_argv,
+)
 from transformer_nmt.checkpoints import list_checkpoints, load_checkpoint
 from transformer_nmt.cli import main
 from transformer_nmt.io_utils import remove_stale_temps
@@ -101,17 +106,11 @@ def test_a_signal_saves_a_checkpoint_and_exits_non_zero_then_resumes(
 ) -> None:
     run = tmp_path / "run"
     ckpt_dir = run / "checkpoints"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
     # periodic checkpoints are rare: the one after the signal is the stop's own
     argv = train_argv(corpus, run, max_steps=100_000, checkpoint_every_steps=100_000)
     log = tmp_path / "train.log"
     with open(log, "w") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "transformer_nmt", *argv],
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
+        proc = spawn_training(argv, log_file)
         deadline = time.monotonic() + 240
         while "step 10/" not in log.read_text() and time.monotonic() < deadline:
             assert proc.poll() is None, log.read_text()[-2000:]

@@ -99,6 +99,18 @@ def train_argv(corpus: dict[str, Path], run_dir: Path, **train: object) -> list[
     ]
 
 
+def spawn_training(argv: list[str], log_file) -> subprocess.Popen:
+    """``python -m transformer_nmt <argv>`` in a subprocess (this checkout's code), output to
+    ``log_file``."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "transformer_nmt", *argv],
+        env=env,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+    )
+
+
 def read_trace(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -649,15 +661,9 @@ def test_killed_job_resumes_from_its_newest_checkpoint(
 
     run = tmp_path / "run"
     ckpt_dir = run / "checkpoints"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
     argv = train_argv(corpus, run, max_steps=10_000, keep_checkpoints=50)
     with open(tmp_path / "killed.log", "w") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "transformer_nmt", *argv],
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
+        proc = spawn_training(argv, log_file)
         deadline = time.monotonic() + 240
         while len(list_checkpoints(ckpt_dir)) < 2 and time.monotonic() < deadline:
             assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-2000:]
