@@ -198,3 +198,31 @@ def test_dropout_only_in_training_mode():
     torch.testing.assert_close(model(src, tgt), model(src, tgt))
     model.train()
     assert not torch.allclose(model(src, tgt), model(src, tgt))
+
+
+@pytest.mark.parametrize("extra", [[], ["norm_first=true"]])
+def test_fast_masks_equal_the_explicit_masks_on_real_positions(extra):
+    """The decoder's self-attention as CAUSAL (SDPA is_causal) and no padding mask for a batch
+    without padding give what explicit boolean masks give, on every real position."""
+    from transformer_nmt.model.transformer import key_padding_mask
+
+    model = make_model(*extra)
+    src, tgt = random_batch()
+    tgt[0, 4:] = PAD  # padded target rows too
+    enc = model.encode(src)
+    t = tgt.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    explicit = causal[None, None] & (tgt != PAD)[:, None, None, :]  # the former mask [B,1,T,T]
+    x = model.embed_target(tgt)
+    for layer in model.decoder_layers:
+        cross_k, cross_v = layer.cross_attn.project_kv(enc.memory)
+        x, _ = layer(x, cross_k, cross_v, explicit, enc.attn_mask())
+    if model.decoder_norm is not None:
+        x = model.decoder_norm(x)
+    reference = model.project(x)
+    fast, _ = model.decode(tgt, enc)
+    real = tgt != PAD
+    torch.testing.assert_close(fast[real], reference[real], rtol=1e-10, atol=1e-12)
+    # a batch without padding needs no key padding mask at all
+    assert key_padding_mask(torch.ones(2, 5, dtype=torch.bool)) is None
+    assert key_padding_mask(src != PAD).shape == (3, 1, 1, 7)

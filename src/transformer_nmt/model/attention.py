@@ -12,7 +12,8 @@ The projections have no bias terms, as in the paper's equations and tensor2tenso
 memory-efficient) kernels.
 
 Masks are boolean and broadcastable to ``[B, h, L_q, L_k]`` with True = "may attend" (the SDPA
-convention).
+convention), None (attend everywhere), or ``CAUSAL``: position i attends to j <= i, passed to SDPA
+as ``is_causal`` so that it can pick its fused kernels instead of reading a mask tensor.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+# The decoder's self-attention mask during training (§3.2.3): with right padding a real query
+# only ever reaches real keys j <= i, so no padding mask is needed on top.
+CAUSAL = "causal"
+AttentionMask = torch.Tensor | str | None  # a boolean mask, CAUSAL, or None
 
 
 class MultiHeadAttention(nn.Module):
@@ -55,7 +61,7 @@ class MultiHeadAttention(nn.Module):
         x_q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
-        attn_mask: torch.Tensor | None = None,
+        attn_mask: AttentionMask = None,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from queries ``x_q`` [B, L_q, d_model] to projected keys/values.
@@ -65,12 +71,19 @@ class MultiHeadAttention(nn.Module):
         """
         q = self._split(self.w_q(x_q), self.d_k)  # [B, h, L_q, d_k]
         p = self.p_drop_attn if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
+        causal = isinstance(attn_mask, str)  # CAUSAL
+        if causal:
+            attn_mask = None
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=causal
+        )
         b, _, length, _ = out.shape
         out = out.transpose(1, 2).reshape(b, length, self.h * self.d_v)  # [B, L_q, h*d_v]
         weights = None
         if need_weights:
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # [B, h, L_q, L_k]
+            if causal:
+                attn_mask = torch.ones_like(scores[0, 0], dtype=torch.bool).tril()
             if attn_mask is not None:
                 scores = scores.masked_fill(~attn_mask, float("-inf"))
             weights = scores.softmax(dim=-1).mean(dim=1)  # [B, L_q, L_k], averaged over heads
@@ -80,7 +93,7 @@ class MultiHeadAttention(nn.Module):
         self,
         x_q: torch.Tensor,
         x_kv: torch.Tensor,
-        attn_mask: torch.Tensor | None = None,
+        attn_mask: AttentionMask = None,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         k, v = self.project_kv(x_kv)

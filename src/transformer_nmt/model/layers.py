@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from transformer_nmt.model.attention import MultiHeadAttention
+from transformer_nmt.model.attention import AttentionMask, MultiHeadAttention
 from transformer_nmt.model.config import ModelConfig
 
 
@@ -62,7 +62,7 @@ class EncoderLayer(nn.Module):
         self.res_attn = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
         self.res_ffn = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
 
-    def forward(self, x: torch.Tensor, src_attn_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, src_attn_mask: AttentionMask) -> torch.Tensor:
         x = self.res_attn(x, lambda y: self.self_attn(y, y, src_attn_mask)[0])
         return self.res_ffn(x, self.ffn)
 
@@ -107,8 +107,8 @@ class DecoderLayer(nn.Module):
         x: torch.Tensor,
         cross_k: torch.Tensor,
         cross_v: torch.Tensor,
-        self_attn_mask: torch.Tensor | None,
-        cross_attn_mask: torch.Tensor | None,
+        self_attn_mask: AttentionMask,
+        cross_attn_mask: AttentionMask,
         cache: LayerCache | None = None,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -26,17 +26,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_nmt.errors import ConfigError
+from transformer_nmt.model.attention import CAUSAL
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.layers import DecoderLayer, EncoderLayer, LayerCache
 from transformer_nmt.model.positional import LearnedPositions, SinusoidalPositions
 
 
-def key_padding_mask(token_mask: torch.Tensor) -> torch.Tensor:
-    """``token_mask`` [B, L] (True = real token) -> attention mask [B, 1, 1, L] over keys.
+def key_padding_mask(token_mask: torch.Tensor) -> torch.Tensor | None:
+    """``token_mask`` [B, L] (True = real token) -> attention mask [B, 1, 1, L] over keys, or
+    None when the batch has no padding (attention then needs no mask: faster kernels).
 
     A row without any token (an empty sentence) may attend everywhere instead, so that softmax
     never sees an all-masked row (which gives NaN); its output is meaningless but finite.
     """
+    if bool(token_mask.all()):
+        return None
     mask = token_mask | ~token_mask.any(dim=-1, keepdim=True)  # [B, L]
     return mask[:, None, None, :]  # [B, 1, 1, L]
 
@@ -52,8 +56,9 @@ class EncoderOutput:
         memory = self.memory.index_select(0, index)
         return EncoderOutput(memory, self.src_mask.index_select(0, index))
 
-    def attn_mask(self) -> torch.Tensor:
-        """Key padding mask for attention over the source, [B, 1, 1, S] (True = may attend)."""
+    def attn_mask(self) -> torch.Tensor | None:
+        """Key padding mask for attention over the source, [B, 1, 1, S] (True = may attend);
+        None without padding."""
         return key_padding_mask(self.src_mask)
 
 
@@ -63,18 +68,19 @@ class DecoderState:
     number of target positions decoded so far (``step``, the position of the next token)."""
 
     layers: list[LayerCache]
-    cross_attn_mask: torch.Tensor  # [B, 1, 1, S]
+    cross_attn_mask: torch.Tensor | None  # [B, 1, 1, S]; None: no source padding
     step: int = 0
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows ``index`` (long [B']) of every cached tensor, in that order."""
         for layer in self.layers:
             layer.reorder(index)
-        self.cross_attn_mask = self.cross_attn_mask.index_select(0, index)
+        if self.cross_attn_mask is not None:
+            self.cross_attn_mask = self.cross_attn_mask.index_select(0, index)
 
     @property
     def batch_size(self) -> int:
-        return self.cross_attn_mask.shape[0]
+        return self.layers[0].cross_k.shape[0]
 
 
 class Transformer(nn.Module):
@@ -193,10 +199,9 @@ class Transformer(nn.Module):
         [B, T, S], returned only when ``return_attention``. ``last_only`` projects only the last
         position to the vocabulary (logits [B, 1, V_tgt]; search without the cache).
         """
-        t = tgt_in.shape[1]
-        causal = torch.ones(t, t, dtype=torch.bool, device=tgt_in.device).tril()  # [T, T]
-        # Position i attends to keys j <= i that are not padding (BOS at j = 0 always qualifies).
-        self_mask = causal[None, None] & key_padding_mask(tgt_in != self.pad_id)  # [B, 1, T, T]
+        # Position i attends to keys j <= i (§3.2.3). With right padding those are all real
+        # tokens for a real position i; padding positions' outputs are never used.
+        self_mask = CAUSAL
         cross_mask = enc.attn_mask()
         x = self.embed_target(tgt_in)
         weights = None
