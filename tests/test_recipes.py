@@ -160,6 +160,12 @@ def test_slurm_profile_runs_train_as_one_ddp_task_per_gpu(tmp_path: Path) -> Non
         (lambda e: e.update(dataset="wmt99"), r"experiments\.demo: unknown dataset 'wmt99'"),
         (lambda e: e.update(pair="en-fr"), r"experiments\.demo: no data settings for multi30k"),
         (lambda e: e.update(average_last_k=9), r"experiments\.demo\.average_last_k"),
+        (
+            lambda e: e["train"].update(max_steps=100, checkpoint_every_steps=60),
+            r"experiments\.demo\.average_last_k: averages 5 checkpoints but max_steps=100 with "
+            r"checkpoint_every_steps=60 writes only 2",
+        ),
+        (lambda e: e["train"].update(strategy="dpp"), r"'dpp' is not one of"),
     ],
 )
 def test_invalid_config_names_the_key(tmp_path: Path, edit: Any, message: str) -> None:

@@ -343,6 +343,18 @@ def test_changed_learning_settings_retrain_and_keep_the_old_checkpoints_aside(
     )
 
 
+def test_a_resumed_job_without_validation_still_reports_the_last_one(
+    corpus: dict[str, Path], tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    assert main(train_argv(corpus, run, max_steps=10)) == 0  # validates at step 10
+    first = json.loads((run / "train_summary.json").read_text())["metrics"]
+    assert main(train_argv(corpus, run, max_steps=12)) == 0  # resumes; no validation at 11-12
+    second = json.loads((run / "train_summary.json").read_text())["metrics"]
+    assert second["val/loss"] == pytest.approx(first["val/loss"])
+    assert second["val/step"] == 10
+
+
 def test_a_forced_rerun_of_a_finished_run_trains_again(
     corpus: dict[str, Path], tmp_path: Path
 ) -> None:

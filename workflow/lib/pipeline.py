@@ -70,19 +70,36 @@ class Pipeline:
                     f"add data.{dataset}.{pair} (vocab_size, spm_sample_sentences, spm_seed, "
                     "clean)"
                 )
-            keep = exp["train"].get("keep_checkpoints")
-            last_k = exp["average_last_k"]
-            if keep is not None and last_k != "auto" and keep < last_k:
-                raise ConfigError(
-                    f"{key}.average_last_k: averages {exp['average_last_k']} checkpoints but "
-                    f"{key}.train.keep_checkpoints keeps only {keep}"
-                )
+            self._check_average(key, exp)
             for test_set in exp["test_sets"]:
                 if test_set not in entry.test_splits:
                     raise ConfigError(
                         f"{key}.test_sets: '{test_set}' is not a test set of {dataset} "
                         f"(registry {self.registry_path}: {', '.join(entry.test_splits)})"
                     )
+
+    @staticmethod
+    def _check_average(key: str, exp: dict[str, Any]) -> None:
+        """Before training: will the run keep the checkpoints that ``average_last_k`` averages?
+        (kept = keep_checkpoints, and with step-based checkpoints at most
+        ceil(max_steps / checkpoint_every_steps), the one at max_steps included)."""
+        last_k, train = exp["average_last_k"], exp["train"]
+        if last_k == "auto":
+            return
+        keep = train.get("keep_checkpoints", 5)
+        if keep < last_k:
+            raise ConfigError(
+                f"{key}.average_last_k: averages {last_k} checkpoints but "
+                f"{key}.train.keep_checkpoints keeps only {keep}"
+            )
+        every, max_steps = train.get("checkpoint_every_steps"), train.get("max_steps", 100_000)
+        if every and -(-max_steps // every) < last_k:
+            written = -(-max_steps // every)
+            raise ConfigError(
+                f"{key}.average_last_k: averages {last_k} checkpoints but max_steps={max_steps} "
+                f"with checkpoint_every_steps={every} writes only {written}: lower "
+                f"{key}.train.checkpoint_every_steps to at most {max_steps // last_k}"
+            )
 
     def _registry_dataset(self, dataset: str, pair: str, key: str) -> Dataset:
         """The registry's entry of ``dataset``, which must have ``pair``; errors name ``key``."""

@@ -3,6 +3,7 @@ reseeding (resume-exact dropout), log lines for Snakemake log files, MLflow logg
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -18,6 +19,7 @@ from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
 from transformer_nmt.checkpoints import LIGHTNING_FILENAME, checkpoint_name
+from transformer_nmt.io_utils import write_json
 from transformer_nmt.training.config import TrainConfig
 
 if TYPE_CHECKING:
@@ -249,6 +251,33 @@ def _clock(seconds: float) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+LAST_VALIDATION_FILE = "last_validation.json"
+
+
+class LastValidation(Callback):
+    """Keeps the newest validation's metrics in ``<checkpoints>/last_validation.json``: Lightning
+    saves a step's checkpoint before that step's validation, so a job resumed after it (a kill,
+    a raised ``max_steps``) would otherwise report no validation at all."""
+
+    def __init__(self, checkpoint_dir: Path) -> None:
+        self.path = Path(checkpoint_dir) / LAST_VALIDATION_FILE
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        write_json(self.path, {"step": trainer.global_step, "metrics": metrics})
+
+
+def read_last_validation(checkpoint_dir: Path) -> dict[str, Any]:
+    """What ``LastValidation`` kept ({} when nothing was validated yet)."""
+    try:
+        record = json.loads((Path(checkpoint_dir) / LAST_VALIDATION_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 class StageRunLogger(Logger):

@@ -29,7 +29,12 @@ from transformer_nmt.data.vocab import VocabInfo
 from transformer_nmt.errors import UserFacingError
 from transformer_nmt.io_utils import remove_stale_temps, write_json
 from transformer_nmt.model.config import ModelConfig
-from transformer_nmt.training.callbacks import StageRunLogger, Throughput, TrainingStopped
+from transformer_nmt.training.callbacks import (
+    StageRunLogger,
+    Throughput,
+    TrainingStopped,
+    read_last_validation,
+)
 from transformer_nmt.training.config import TrainConfig, resolve
 from transformer_nmt.training.module import NonFiniteLossError, TranslationModule
 from transformer_nmt.training.resume import (
@@ -183,7 +188,7 @@ def train_run(
             checkpoints=[p.name for p in resume.checkpoints],
             trained_this_job=False,
             wall_seconds=time.monotonic() - started,
-            metrics=_previous_metrics(summary_path),
+            metrics=_previous_metrics(summary_path) or _validation_metrics(ckpt_dir),
         )
         write_json(summary_path, summary)
         return summary
@@ -237,6 +242,9 @@ def train_run(
         for key, value in trainer.callback_metrics.items()
         if key.startswith(("train/", "val/"))
     }
+    # A job resumed after the last validation still reports it (LastValidation's file).
+    for key, value in _validation_metrics(ckpt_dir).items():
+        metrics.setdefault(key, value)
     (throughput,) = [cb for cb in trainer.callbacks if isinstance(cb, Throughput)]
     metrics["train/tgt_tokens_per_s"] = throughput.last_rate
     metrics["train/tgt_tokens_per_s_mean"] = throughput.mean_tgt_tokens_per_s()
@@ -256,6 +264,15 @@ def train_run(
 def _newest(ckpt_dir: Path) -> str:
     kept = list_checkpoints(ckpt_dir)
     return kept[-1].name if kept else "none (no checkpoint was written yet)"
+
+
+def _validation_metrics(ckpt_dir: Path) -> dict[str, float]:
+    """The newest validation's metrics, with the step it ran at as ``val/step``."""
+    last = read_last_validation(ckpt_dir)
+    metrics = dict(last.get("metrics", {}))
+    if "step" in last:
+        metrics["val/step"] = last["step"]
+    return metrics
 
 
 def _previous_metrics(summary_path: Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from transformer_nmt.checkpoints import CHECKPOINT_DIR
 from transformer_nmt.io_utils import atomic_path
 from transformer_nmt.training.callbacks import (
+    LastValidation,
     LogLines,
     StepCheckpoint,
     StepSeed,
@@ -65,6 +66,7 @@ def build_trainer(
     all_callbacks: list[Callback] = [
         checkpoint,
         StopOnSignal(checkpoint),
+        LastValidation(run_dir / CHECKPOINT_DIR),
         StepSeed(cfg.seed),
         Throughput(cfg.log_every_steps),
         LogLines(cfg.log_every_steps, cfg.max_steps),
