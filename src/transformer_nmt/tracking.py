@@ -42,11 +42,12 @@ import logging
 import math
 import os
 import random
+import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
@@ -287,6 +288,15 @@ class StageRun:
             with_retry(self.client.log_artifacts, self.run_id, str(path), artifact_path)
         else:
             with_retry(self.client.log_artifact, self.run_id, str(path), artifact_path)
+
+    def log_artifact_as(self, path: str | os.PathLike[str], artifact_file: str) -> None:
+        """Copy a local file into the run's artifacts under another name (``dir/name.txt``)."""
+        artifact = PurePosixPath(artifact_file)
+        directory = None if str(artifact.parent) == "." else str(artifact.parent)
+        with tempfile.TemporaryDirectory(prefix="transformer_nmt-artifact-") as tmp:
+            copy = Path(tmp) / artifact.name
+            shutil.copyfile(path, copy)
+            self.log_artifact(copy, directory)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         _set_tags(self.client, self.run_id, {k: str(v) for k, v in tags.items()})
