@@ -81,6 +81,7 @@ class Translator:
             raise CheckpointError(f"{model_path}: trained with {mismatch} ({spm_model_path})")
         self.model.to(self.device)
         self.sp = spm.SentencePieceProcessor(model_file=str(spm_model_path))
+        self.model_path, self.spm_model_path = Path(model_path), Path(spm_model_path)
         config = self.meta["model_config"]
         # Learned positions (Table 3 row E) cover max_positions; sinusoids cover any length.
         self.max_src_tokens: int | None = None

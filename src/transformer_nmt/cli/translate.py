@@ -29,11 +29,9 @@ log = logging.getLogger(__name__)
 STDIN_BATCH = 256  # lines: enough for full token batches, small enough to answer promptly
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="model file (averaged.pt) or checkpoint")
-    parser.add_argument("--spm-model", required=True, help="the pair's SentencePiece model")
-    parser.add_argument("--input", help="source text, one sentence per line (default: stdin)")
-    parser.add_argument("--output", help="translations, one per line (default: stdout)")
+def add_search_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--beam --alpha --max-len-b --max-tokens`` with the §6.1 defaults (``SearchSettings``);
+    ``search_settings(args)`` reads them back."""
     defaults = SearchSettings()  # §6.1: the one source of the search defaults
     parser.add_argument(
         "--beam", type=int, default=defaults.beam, help=f"§6.1 beam size ({defaults.beam})"
@@ -56,6 +54,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=defaults.max_tokens,
         help=f"source tokens per batch, with padding ({defaults.max_tokens})",
     )
+
+
+def search_settings(args: argparse.Namespace) -> SearchSettings:
+    return SearchSettings(
+        beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
+        nbest=getattr(args, "nbest", 1),
+    )  # fmt: skip
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="model file (averaged.pt) or checkpoint")
+    parser.add_argument("--spm-model", required=True, help="the pair's SentencePiece model")
+    parser.add_argument("--input", help="source text, one sentence per line (default: stdin)")
+    parser.add_argument("--output", help="translations, one per line (default: stdout)")
+    add_search_arguments(parser)
+    defaults = SearchSettings()
     parser.add_argument(
         "--nbest",
         type=int,
@@ -77,10 +91,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from transformer_nmt.translation import Progress, Translator
 
-    settings = SearchSettings(
-        beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, nbest=args.nbest,
-        max_tokens=args.max_tokens,
-    )  # fmt: skip
+    settings = search_settings(args)
     if args.stdin_batch < 1:
         raise ConfigError(f"--stdin-batch must be >= 1, got {args.stdin_batch}")
     if args.input is None and args.output is None and sys.stdin.isatty():
