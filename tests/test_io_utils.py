@@ -36,3 +36,27 @@ def test_output_mode_follows_the_umask_not_mkstemp(tmp_path) -> None:
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o644
+
+
+def test_stream_line_batches_split_on_newline_only_and_hand_over_on_pause() -> None:
+    import io
+    import threading
+
+    from transformer_nmt.errors import DataError
+    from transformer_nmt.io_utils import stream_line_batches
+
+    read_fd, write_fd = os.pipe()
+    with open(read_fd, "rb", buffering=0) as reader, open(write_fd, "wb", buffering=0) as writer:
+        batches = stream_line_batches(reader, max_lines=2, pause_s=0.05)
+        writer.write("a\u2028b\r\nc\x0cd\x85e\nf\rg\nh".encode())
+        assert next(batches) == ["a\u2028b", "c\x0cd\x85e"]  # full batch of 2
+        assert next(batches) == ["f\rg"]  # input paused: the one complete line so far
+        timer = threading.Timer(0.2, lambda: (writer.write(b"\n\n"), writer.close()))
+        timer.start()
+        assert list(batches) == [["h", ""]]  # the partial line completes, then end of input
+        timer.join()
+
+    fallback = stream_line_batches(io.BytesIO(b"x\ny\r\nz"), max_lines=2)  # no descriptor
+    assert list(fallback) == [["x", "y"], ["z"]]
+    with pytest.raises(DataError, match=r"^<stdin>:3: invalid UTF-8"):
+        list(stream_line_batches(io.BytesIO(b"ok\nok\n\xc3(\n"), max_lines=10))

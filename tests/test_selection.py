@@ -74,7 +74,7 @@ def _translate_average_of_last(run: dict[str, Path], k: int, out: Path) -> list[
     )  # fmt: skip
     translator = Translator(out, run["spm"], SEARCH, "cpu")
     dev = run["dev"].read_text(encoding="utf-8").splitlines()
-    return [nbest[0][0] for nbest in translator.translate(dev)]
+    return translator.translate(dev)
 
 
 def test_auto_keeps_the_average_with_the_best_dev_bleu(run: dict[str, Path]) -> None:

@@ -185,3 +185,22 @@ def test_concurrent_processes_on_a_fresh_store(store: str) -> None:
         history = client.get_metric_history(run.info.run_id, f"job{w}/value")
         assert sorted(m.step for m in history) == list(range(n))
     assert len(client.get_metric_history(run.info.run_id, "shared")) == workers * n
+
+
+def test_shared_params_are_unprefixed_and_a_change_supersedes(store: str) -> None:
+    shared = {"data": {"vocab_size": 8000, "clean": {"max_length": 250}}}
+    with tracking.stage_run("p", "e", "train", {"max_steps": 5}, shared_params=shared) as run:
+        first = run.run_id
+    with tracking.stage_run("p", "e", "average", {"last": 2}) as run:
+        assert run.run_id == first
+    shared["data"]["vocab_size"] = 16000  # new data, same training settings
+    with tracking.stage_run("p", "e", "train", {"max_steps": 5}, shared_params=shared) as run:
+        second = run.run_id
+    assert second != first
+    old, new = _runs(store, "p")
+    assert old.data.params["data.vocab_size"] == "8000"
+    assert new.data.params == {
+        "data.vocab_size": "16000", "data.clean.max_length": "250", "train.max_steps": "5",
+        "average.last": "2",
+    }  # fmt: skip
+    assert "data.vocab_size: '8000' -> '16000'" in new.data.tags["mlflow.note.content"]

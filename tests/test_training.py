@@ -540,12 +540,26 @@ def test_a_run_stopped_early_writes_no_summary_and_says_how_to_resume(
 def test_mlflow_tracking_of_a_training_run(
     corpus: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import shutil
+
     from mlflow.tracking import MlflowClient
+
+    from transformer_nmt.io_utils import sha256_file
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    argv = train_argv(corpus, tmp_path / "run", max_steps=10)
+    # The data stages' records beside their outputs: spm.json and clean_report.json.
+    spm_model = tmp_path / "spm" / "spm.model"
+    spm_model.parent.mkdir()
+    shutil.copy(corpus["spm"], spm_model)
+    spm_settings = {"vocab_size": VOCAB, "seed": 1, "input_lines": {"train.en": 3}, "sha256": "x"}
+    (tmp_path / "spm" / "spm.json").write_text(json.dumps(spm_settings))
+    report = tmp_path / "clean_report.json"
+    rules = {"max_length": 250, "dedupe": True, "max_sentences": None}
+    report.write_text(json.dumps({"dataset": "toy", "pair": "en-de", "rules": rules}))
+    argv = train_argv({**corpus, "spm": spm_model}, tmp_path / "run", max_steps=10)
     argv += ["--mlflow-experiment", "toy_en-de", "--mlflow-run", "tiny"]
+    argv += ["--clean-report", str(report)]
     assert main(argv) == 0
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("toy_en-de")
@@ -565,8 +579,25 @@ def test_mlflow_tracking_of_a_training_run(
     rates = client.get_metric_history(run.info.run_id, "train/tgt_tokens_per_s")
     assert sorted(m.step for m in rates) == [5, 10] and all(m.value > 0 for m in rates)
     artifacts = {f.path for f in client.list_artifacts(run.info.run_id)}
-    assert {"data", "train_summary.json"} <= artifacts
+    assert {"data", "train_summary.json", "figures"} <= artifacts
     assert run.info.status == "FINISHED" and run.info.end_time >= run.info.start_time
+    # The data stages' settings as data.* params, the data's checksums as tags.
+    data_params = {k: v for k, v in params.items() if k.startswith("data.")}
+    assert data_params == {
+        "data.vocab_size": str(VOCAB), "data.spm.vocab_size": str(VOCAB), "data.spm.seed": "1",
+        "data.dataset": "toy", "data.pair": "en-de", "data.clean.max_length": "250",
+        "data.clean.dedupe": "True", "data.clean.max_sentences": "null",
+    }  # fmt: skip
+    for split in ("train", "valid"):
+        for lang in ("en", "de"):
+            for kind in ("tokens", "offsets"):
+                path = corpus["bin"] / f"{split}.{lang}.{kind}.npy"
+                assert run.data.tags[f"data.{split}.{lang}.{kind}_sha256"] == sha256_file(path)
+    # The learning curve, drawn from the run's metric history.
+    (figure,) = client.list_artifacts(run.info.run_id, "figures")
+    assert figure.path == "figures/learning_curve.png"
+    png = client.download_artifacts(run.info.run_id, figure.path, str(tmp_path))
+    assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # Retraining from scratch with unchanged params (a forced re-run) opens a fresh run whose
     # description says why; the old run points to it.
@@ -577,6 +608,7 @@ def test_mlflow_tracking_of_a_training_run(
     newest, old = runs
     assert old.data.tags["transformer_nmt.superseded_by"] == newest.info.run_id
     assert "forced re-run" in newest.data.tags["mlflow.note.content"]
+    assert newest.data.params["data.vocab_size"] == str(VOCAB)  # logged anew, not copied
 
 
 def test_mlflow_logger_shifts_steps_and_survives_a_tracking_outage(
@@ -641,8 +673,9 @@ def test_two_process_ddp_disjoint_batches_and_single_checkpoints(
     # 6 of each rank's ~9 batches of epoch 0: no padding repeats, so fully disjoint.
     assert seen0 and seen1 and not seen0 & seen1
     # Checkpoints written once (rank 0), no per-rank duplicates such as step=...-v1.ckpt.
-    files = sorted(p.name for p in (run / "checkpoints").iterdir())
+    files = sorted(p.name for p in (run / "checkpoints").iterdir() if p.suffix == ".ckpt")
     assert files == ["step=00000003.ckpt", "step=00000006.ckpt"]
+    assert list_checkpoints(run / "checkpoints") == [run / "checkpoints" / f for f in files]
     summary = json.loads((run / "train_summary.json").read_text())
     assert summary["world_size"] == 2 and summary["final_step"] == 6
     # Validation sums are reduced over both ranks; BLEU is computed on rank 0 and broadcast.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -113,7 +114,7 @@ def test_batching_restores_input_order_and_round_trips_text(
     lines[8] = "Unbekannte Wörter: Äpfel & Birnen!"  # byte fallback keeps unseen characters
     translator = Translator(assets["model"], assets["spm"], SearchSettings(max_tokens=64))
     done: list[int] = []
-    results = translator.translate(lines, progress=done.append)
+    results = translator.translate_nbest(lines, progress=done.append)
     assert [r[0][0] for r in results] == lines
     assert sum(done) == len(lines)
     assert len(seen_batches) > 5
@@ -127,8 +128,8 @@ def test_real_model_batched_equals_one_by_one(assets: dict[str, Path]) -> None:
     short = {"beam": 3, "max_len_b": 8}  # a random model never ends: keep its outputs short
     batched = Translator(assets["model"], assets["spm"], SearchSettings(max_tokens=4096, **short))
     single = Translator(assets["model"], assets["spm"], SearchSettings(max_tokens=1, **short))
-    out_batched = batched.translate(lines)
-    out_single = single.translate(lines)
+    out_batched = batched.translate_nbest(lines)
+    out_single = single.translate_nbest(lines)
     assert [r[0][0] for r in out_batched] == [r[0][0] for r in out_single]
     for a, b in zip(out_batched, out_single, strict=True):
         assert a[0][1] == pytest.approx(b[0][1], abs=1e-4)
@@ -138,7 +139,8 @@ def test_nbest_output_format(assets: dict[str, Path]) -> None:
     lines = ["ein mann läuft", "eine frau"]
     settings = SearchSettings(beam=4, nbest=3, max_len_b=8)
     translator = Translator(assets["model"], assets["spm"], settings)
-    results = translator.translate(lines)
+    results = translator.translate_nbest(lines)
+    assert translator.translate(lines) == [hyps[0][0] for hyps in results]
     out = list(format_output(results, 3))
     assert len(out) == 6
     for k, line in enumerate(out):
@@ -178,9 +180,7 @@ def test_cli_translates_stdin_to_stdout(assets: dict[str, Path]) -> None:
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == 2
     expected = Translator(assets["model"], assets["spm"], SearchSettings(beam=2, max_len_b=5))
-    assert result.stdout.splitlines() == [
-        r[0][0] for r in expected.translate(["ein hund", "spielt im park"])
-    ]
+    assert result.stdout.splitlines() == expected.translate(["ein hund", "spielt im park"])
 
 
 def test_progress_logs_without_a_terminal(caplog: pytest.LogCaptureFixture) -> None:
@@ -214,5 +214,141 @@ def test_learned_positions_truncate_long_sources(assets: dict[str, Path], tmp_pa
     long_line = " ".join(WORDS * 3)
     (out,) = translator.translate([long_line])
     assert translator.truncated == 1
-    assert isinstance(out[0][0], str)
+    assert isinstance(out, str)
     assert np.all(translator.encode("ein mann") < vocab.size)
+
+
+def _copy_search(model, src, *, bos_id, eos_id, pad_id, **kwargs):  # noqa: ANN001
+    """A search whose hypothesis is its source: the output must equal the input."""
+    rows = [[t for t in row if t not in (pad_id, eos_id)] for row in src.tolist()]
+    return [[Hypothesis(tokens=r, score=-1.0, log_prob=-1.0)] * kwargs["nbest"] for r in rows]
+
+
+def _stdin_from(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    handle = open(path, encoding="utf-8")  # noqa: SIM115 (closed by the test's teardown)
+    monkeypatch.setattr(sys, "stdin", handle)
+    monkeypatch.setattr(sys.stdin, "close", handle.close, raising=False)
+
+
+def test_cli_stdin_keeps_line_alignment_with_unicode_separators(
+    assets: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Lines end at "\\n" only: U+2028, form feed, NEL and a lone CR stay inside their line."""
+    lines = ["ein mann\u2028läuft", "im\x0cpark", "eine frau\x85spielt", "der hund\rläuft",
+             "", "mit einem ball", "auf der straße"]  # fmt: skip
+    stdin = tmp_path / "stdin.txt"
+    stdin.write_bytes("\n".join(lines[:-1]).encode() + b"\r\n" + lines[-1].encode())
+    monkeypatch.setattr(translation, "beam_search", _copy_search)
+    _stdin_from(stdin, monkeypatch)
+    common = ["translate", "--model", str(assets["model"]), "--spm-model", str(assets["spm"])]
+    assert main([*common, "--stdin-batch", "3"]) == 0
+    assert capsys.readouterr().out.split("\n") == [*lines, ""]
+
+    _stdin_from(stdin, monkeypatch)  # n-best lines count sentences across stdin batches
+    assert main([*common, "--stdin-batch", "2", "--nbest", "2"]) == 0
+    out = capsys.readouterr().out.split("\n")[:-1]
+    assert [line.split(" ||| ")[:2] for line in out] == [
+        [str(i), text] for i, text in enumerate(lines) for _ in range(2 if text else 1)
+    ]  # an empty line has one (empty) hypothesis
+
+
+def test_cli_stdin_invalid_utf8_names_the_line(
+    assets: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    stdin = tmp_path / "stdin.txt"
+    stdin.write_bytes(b"ein mann\nim park \xff\xfe\n")
+    _stdin_from(stdin, monkeypatch)
+    args = ["translate", "--model", str(assets["model"]), "--spm-model", str(assets["spm"])]
+    assert main([*args, "--beam", "1", "--max-len-b", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: <stdin>:2: invalid UTF-8") and "Traceback" not in err
+
+
+def test_cli_stdin_is_translated_as_it_arrives(assets: dict[str, Path]) -> None:
+    """A producer that writes one line and waits gets its translation before closing stdin."""
+    import threading
+
+    cmd = [sys.executable, "-m", "transformer_nmt", "translate", "--model", str(assets["model"]),
+           "--spm-model", str(assets["spm"]), "--beam", "2", "--max-len-b", "5"]  # fmt: skip
+    expected = Translator(assets["model"], assets["spm"], SearchSettings(beam=2, max_len_b=5))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def answer(line: str) -> str:
+        proc.stdin.write(line + "\n")
+        proc.stdin.flush()
+        got: list[str] = []
+        reader = threading.Thread(target=lambda: got.append(proc.stdout.readline()))
+        reader.start()
+        reader.join(timeout=120)
+        assert got, f"no translation of {line!r} while stdin stayed open"
+        return got[0].rstrip("\n")
+
+    try:
+        for line in ["ein hund", "spielt im park"]:
+            assert answer(line) == expected.translate([line])[0]
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+        assert proc.stdout.read() == ""
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _results_layout(assets: dict[str, Path], root: Path) -> Path:
+    """A pipeline's results/ tree: two pairs' SentencePiece models, one finished run."""
+    import shutil
+
+    for pair, spm in (("en-de", assets["spm"]), ("en-fr", assets["other_spm"])):
+        (root / "spm" / "multi30k" / pair).mkdir(parents=True)
+        shutil.copy(spm, root / "spm" / "multi30k" / pair / "spm.model")
+    run_dir = root / "runs" / "tiny"
+    run_dir.mkdir(parents=True)
+    shutil.copy(assets["model"], run_dir / "averaged.pt")
+    summary = {"vocab": load_vocab_info(assets["spm"]).to_dict(), "final_step": 10}
+    (run_dir / "train_summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    return run_dir
+
+
+def test_python_api_from_run_translates_to_strings(assets: dict[str, Path], tmp_path: Path) -> None:
+    from transformer_nmt import Translator as PublicTranslator
+    from transformer_nmt.training.run import SUMMARY_FILE
+
+    assert PublicTranslator is Translator and translation.SUMMARY_FILE == SUMMARY_FILE
+    run_dir = _results_layout(assets, tmp_path / "results")
+    t = Translator.from_run(run_dir)
+    assert t.settings == SearchSettings() and (t.settings.beam, t.settings.alpha) == (4, 0.6)
+    assert translation.find_spm_model(run_dir) == tmp_path / "results/spm/multi30k/en-de/spm.model"
+    out = t.translate(["ein mann läuft", "", "im park"])
+    reference = Translator(assets["model"], assets["spm"], SearchSettings())
+    assert out == reference.translate(["ein mann läuft", "", "im park"])
+    assert all(isinstance(text, str) for text in out) and out[1] == ""
+
+
+def test_python_api_from_run_errors_name_the_file(assets: dict[str, Path], tmp_path: Path) -> None:
+    run_dir = _results_layout(assets, tmp_path / "results")
+    (tmp_path / "results/spm/multi30k/en-de/spm.model").unlink()
+    with pytest.raises(CheckpointError, match="train_summary.json: no SentencePiece model"):
+        Translator.from_run(run_dir)
+    (run_dir / "train_summary.json").unlink()  # the one model left is tried, and rejected
+    with pytest.raises(CheckpointError, match="trained with another vocabulary"):
+        Translator.from_run(run_dir)
+    (run_dir / "averaged.pt").unlink()
+    with pytest.raises(CheckpointError, match="averaged.pt: not found"):
+        Translator.from_run(run_dir, spm_model=assets["spm"])
+
+
+def test_package_import_stays_light() -> None:
+    code = (
+        "import sys, transformer_nmt\n"
+        "assert 'torch' not in sys.modules, 'import transformer_nmt pulled in torch'\n"
+        "from transformer_nmt import Translator\n"
+        "print(Translator.__module__)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "transformer_nmt.translation"

@@ -77,8 +77,10 @@ def _snakemake(workdir: Path, config: dict[str, Any], *args: str) -> subprocess.
     snakemake = Path(sys.executable).with_name("snakemake")
     cmd = [str(snakemake), "--cores", "2", "--snakefile", str(REPO_ROOT / "Snakefile"),
            "--directory", str(workdir), "--configfile", str(path), *args]  # fmt: skip
+    # PYTHONPATH: the jobs run this checkout's package, not whichever one is installed.
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(workdir),
-           "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}"}  # fmt: skip
+           "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}",
+           "PYTHONPATH": str(REPO_ROOT / "src")}  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
 
 
@@ -154,6 +156,16 @@ def test_mlflow_holds_one_run_per_experiment(pipeline: dict[str, Any]) -> None:
         assert {"scores", "hypotheses", "report.md"} <= artifacts
         scores = {a.path for a in client.list_artifacts(run.info.run_id, "scores")}
         assert scores == {f"scores/{t}.scores.json" for t in exp["test_sets"]}
+        # Hypotheses also as .txt (the MLflow UI previews those), the learning curve, the data.
+        hyps = {a.path for a in client.list_artifacts(run.info.run_id, "hypotheses")}
+        assert {f"hypotheses/{t}.txt" for t in exp["test_sets"]} <= hyps
+        figures = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}
+        assert figures == {"figures/learning_curve.png"}
+        assert params["data.vocab_size"] == str(
+            pipeline["config"]["data"]["multi30k"]["en-de"]["vocab_size"]
+        )
+        assert "data.clean.max_length" in params and "data.spm.seed" in params
+        assert "data.train.en.tokens_sha256" in run.data.tags
 
 
 def test_second_run_has_nothing_to_do(pipeline: dict[str, Any]) -> None:

@@ -1,3 +1,28 @@
-"""transformer_nmt: a reproducible pipeline for "Attention Is All You Need" (Vaswani et al.)."""
+"""transformer_nmt: a reproducible pipeline for "Attention Is All You Need" (Vaswani et al.).
+
+The Python API in three lines::
+
+    from transformer_nmt import Translator
+    translator = Translator.from_run("results/runs/multi30k_en_de_tiny")
+    translator.translate(["A man rides a bike."])  # -> one German str per sentence
+
+``Translator`` imports lazily (it pulls in PyTorch), so ``import transformer_nmt`` stays light.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+__all__ = ["Translator", "__version__"]
+
+if TYPE_CHECKING:
+    from transformer_nmt.translation import Translator
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Translator":
+        from transformer_nmt.translation import Translator
+
+        return Translator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,10 +10,11 @@ import contextlib
 import hashlib
 import json
 import os
+import select
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from transformer_nmt.errors import DataError
 
@@ -118,6 +119,78 @@ def read_lines(path: str | os.PathLike[str]) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()  # the final newline ends the last line; it does not start a new one
     return [line.rstrip("\r") for line in lines]
+
+
+def _decode_line(raw: bytes, name: str, number: int) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(f"{name}:{number}: invalid UTF-8 ({err.reason})") from err
+    return text[:-1] if text.endswith("\r") else text
+
+
+def stream_line_batches(
+    stream: BinaryIO, max_lines: int, pause_s: float = 0.05, name: str = "<stdin>"
+) -> Iterator[list[str]]:
+    """Lines of a byte stream (a pipe, stdin) in batches, as they arrive.
+
+    Lines end at ``\n`` only, as in ``read_lines`` (a trailing ``\r`` is stripped; U+2028, form
+    feed, NEL and lone ``\r`` stay inside their line), so batch lines map one to one onto input
+    lines. A batch holds at most ``max_lines`` lines and ends early when no further complete line
+    arrives within ``pause_s`` seconds, so a producer that writes a line and waits for its
+    answer gets it. Invalid UTF-8 raises ``DataError`` naming ``name`` and the line number.
+    Streams without a file descriptor are read line by line (batches of ``max_lines``).
+    """
+    if max_lines < 1:
+        raise ValueError(f"max_lines must be >= 1, got {max_lines}")
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = None
+    if fd is None:
+        yield from _readline_batches(stream, max_lines, name)
+        return
+    # Raw reads on the descriptor (never through a buffered reader, whose buffer select()
+    # cannot see): ``pending`` holds the bytes after the last complete line.
+    pending = b""
+    batch: list[str] = []
+    number = 0
+    eof = False
+    while not eof:
+        wait = pause_s if batch else None  # nothing to hand over yet: block until input
+        ready, _, _ = select.select([fd], [], [], wait)
+        if not ready:  # the input paused: hand over what has arrived
+            yield batch
+            batch = []
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            eof = True
+            if pending:  # a last line without a final newline
+                number += 1
+                batch.append(_decode_line(pending, name, number))
+                pending = b""
+        else:
+            *complete, pending = (pending + chunk).split(b"\n")
+            for raw in complete:
+                number += 1
+                batch.append(_decode_line(raw, name, number))
+        while len(batch) >= max_lines:
+            yield batch[:max_lines]
+            batch = batch[max_lines:]
+    if batch:
+        yield batch
+
+
+def _readline_batches(stream: BinaryIO, max_lines: int, name: str) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for number, raw in enumerate(iter(stream.readline, b""), start=1):
+        batch.append(_decode_line(raw[:-1] if raw.endswith(b"\n") else raw, name, number))
+        if len(batch) == max_lines:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:

@@ -84,7 +84,7 @@ def select_average(
                 source_checkpoints=[p.name for p in chosen],
             )
             translator = Translator(candidate, spm_model, settings, device)
-            hyps = [nbest[0][0] for nbest in translator.translate(sources)]
+            hyps = translator.translate(sources)
             dev_bleu[k] = float(score_lines(hyps, references, tgt_lang).bleu["score"])
             log.info("average of the last %d checkpoint(s): dev BLEU %.2f", k, dev_bleu[k])
         # ties go to the smaller K (fewer checkpoints, the same quality)

@@ -42,11 +42,12 @@ import logging
 import math
 import os
 import random
+import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
@@ -288,6 +289,15 @@ class StageRun:
         else:
             with_retry(self.client.log_artifact, self.run_id, str(path), artifact_path)
 
+    def log_artifact_as(self, path: str | os.PathLike[str], artifact_file: str) -> None:
+        """Copy a local file into the run's artifacts under another name (``dir/name.txt``)."""
+        artifact = PurePosixPath(artifact_file)
+        directory = None if str(artifact.parent) == "." else str(artifact.parent)
+        with tempfile.TemporaryDirectory(prefix="transformer_nmt-artifact-") as tmp:
+            copy = Path(tmp) / artifact.name
+            shutil.copyfile(path, copy)
+            self.log_artifact(copy, directory)
+
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         _set_tags(self.client, self.run_id, {k: str(v) for k, v in tags.items()})
 
@@ -300,11 +310,15 @@ def stage_run(
     params: Mapping[str, Any] | None = None,
     tags: Mapping[str, Any] | None = None,
     new_run_reason: str | None = None,
+    shared_params: Mapping[str, Any] | None = None,
 ) -> Iterator[StageRun | None]:
     """Track one stage of a pipeline experiment in MLflow; yields None when not tracking.
 
     ``params`` (nested dicts allowed) are logged as ``<stage>.<key>``; ``tags`` as given (data
     checksums, ...); plus the git commit and ``stage.<stage>.status`` (running/finished/failed).
+    ``shared_params`` are logged without the stage prefix (``{"data": {"vocab_size": 8000}}``
+    -> ``data.vocab_size``: settings of earlier stages that this stage knows); like ``params``,
+    a changed value supersedes the run.
     ``new_run_reason``: the stage starts over (training from scratch): an existing run is
     superseded even with identical params, and the reason becomes the new run's description.
     """
@@ -312,7 +326,7 @@ def stage_run(
         yield None
         return
     uri = tracking_uri()
-    flat = flatten_params(params or {}, prefix=stage)
+    flat = {**flatten_params(shared_params or {}), **flatten_params(params or {}, prefix=stage)}
     commit = git_commit()
     stage_tags = {f"stage.{stage}.status": "running"}
     if commit:
@@ -331,7 +345,7 @@ def stage_run(
             changed = _changed_params(run.data.params, flat)
             if changed or new_run_reason:
                 run = _supersede(
-                    client, run, experiment_id, run_name, stage, changed, new_run_reason
+                    client, run, experiment_id, run_name, stage, changed, set(flat), new_run_reason
                 )
         run_id = run.info.run_id
         _log_params(client, run_id, flat)
@@ -356,12 +370,16 @@ def _supersede(
     run_name: str,
     stage: str,
     changed: Mapping[str, tuple],
+    own_keys: set[str],
     reason: str | None = None,
 ) -> Any:
-    """Start a fresh run for ``run_name`` carrying the other stages' params and tags; its
-    description (MLflow's ``mlflow.note.content``) says what changed."""
+    """Start a fresh run for ``run_name`` carrying the other stages' params and tags (not the
+    params in ``own_keys``, which the stage logs anew); its description (MLflow's
+    ``mlflow.note.content``) says what changed."""
     prefix = f"{stage}."
-    keep_params = {k: v for k, v in old.data.params.items() if not k.startswith(prefix)}
+    keep_params = {
+        k: v for k, v in old.data.params.items() if not k.startswith(prefix) and k not in own_keys
+    }
     keep_tags = {
         k: v
         for k, v in old.data.tags.items()
@@ -387,3 +405,85 @@ def _supersede(
         new.info.run_id,
     )
     return new
+
+
+# --- what the train stage records about its data -----------------------------------------------
+
+# spm.json keys that are not settings: the input paths and the model's checksum (a tag).
+_SPM_NOT_SETTINGS = ("input_lines", "sha256")
+
+
+def data_record(
+    spm_model: str | os.PathLike[str],
+    vocab_size: int,
+    clean_report: str | os.PathLike[str] | None,
+    bin_dir: str | os.PathLike[str],
+    splits: Mapping[str, tuple[str, ...]],
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The data-stage settings and data checksums of a run, as ``(shared_params, tags)``.
+
+    Params (for ``stage_run(shared_params=...)``): ``data.vocab_size``, ``data.spm.*`` (the
+    settings in ``spm.json`` beside ``spm_model``), ``data.dataset``, ``data.pair`` and
+    ``data.clean.*`` (the rules in ``clean_report``). Tags: ``data.spm_sha256`` and the sha256
+    of each token array, ``data.<split>.<lang>.tokens_sha256`` / ``.offsets_sha256``, for
+    ``splits`` = ``{split: (lang, ...)}``. A missing ``spm.json`` or report is left out.
+    """
+    from transformer_nmt.data.token_array import array_paths
+    from transformer_nmt.io_utils import sha256_file
+
+    spm_model = Path(spm_model)
+    data: dict[str, Any] = {"vocab_size": vocab_size}
+    spm_json = spm_model.with_suffix(".json")
+    if spm_json.is_file():
+        settings = json.loads(spm_json.read_text(encoding="utf-8"))
+        data["spm"] = {k: v for k, v in settings.items() if k not in _SPM_NOT_SETTINGS}
+    if clean_report is not None and Path(clean_report).is_file():
+        report = json.loads(Path(clean_report).read_text(encoding="utf-8"))
+        data.update({k: report[k] for k in ("dataset", "pair") if k in report})
+        data["clean"] = report.get("rules", {})
+    tags = {"data.spm_sha256": sha256_file(spm_model)}
+    for split, langs in splits.items():
+        for lang in langs:
+            tokens, offsets = array_paths(Path(bin_dir) / f"{split}.{lang}")
+            for kind, path in (("tokens", tokens), ("offsets", offsets)):
+                if path.is_file():
+                    tags[f"data.{split}.{lang}.{kind}_sha256"] = sha256_file(path)
+    return {"data": data}, tags
+
+
+LEARNING_CURVE = "figures/learning_curve.png"
+
+
+def log_learning_curve(
+    run: StageRun,
+    keys: tuple[str, ...] = ("train/loss", "val/loss"),
+    artifact_file: str = LEARNING_CURVE,
+) -> bool:
+    """Plot the run's metric history of ``keys`` against step (one line each) and log the
+    figure as ``artifact_file``; False (nothing logged) when none of them has a value."""
+    from matplotlib.figure import Figure  # Agg canvas, no pyplot state: safe in any process
+
+    histories = {}
+    for key in keys:
+        points = with_retry(run.client.get_metric_history, run.run_id, key)
+        points = sorted((m.step, m.value) for m in points if math.isfinite(m.value))
+        if points:
+            histories[key] = points
+    if not histories:
+        log.info("no %s metrics: no learning curve", " or ".join(keys))
+        return False
+    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
+    ax = fig.add_subplot()
+    for key, points in histories.items():
+        steps, values = zip(*points, strict=True)
+        ax.plot(steps, values, marker="o" if len(points) < 30 else None, markersize=3, label=key)
+    ax.set_xlabel("step (optimizer updates)")
+    ax.set_ylabel("loss (label-smoothed, per target token)")
+    ax.set_title("learning curve")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    with tempfile.TemporaryDirectory(prefix="transformer_nmt-figure-") as tmp:
+        path = Path(tmp) / PurePosixPath(artifact_file).name
+        fig.savefig(path, dpi=100)
+        run.log_artifact_as(path, artifact_file)
+    return True

@@ -8,6 +8,7 @@ without running the model.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -19,9 +20,16 @@ from transformer_nmt.checkpoints import experiment_mismatch, load_model_file
 from transformer_nmt.data.batch import source_batch
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, load_vocab_info
 from transformer_nmt.errors import CheckpointError, ConfigError
+from transformer_nmt.io_utils import sha256_file
 from transformer_nmt.search import Hypothesis, SearchSettings, beam_search
 
 log = logging.getLogger(__name__)
+
+# The files of a pipeline experiment's run directory (results/runs/<experiment>/) that
+# ``Translator.from_run`` reads. SUMMARY_FILE is training.run.SUMMARY_FILE, not imported from
+# there because that module pulls in Lightning (tests/test_translation.py checks they agree).
+AVERAGED_MODEL = "averaged.pt"
+SUMMARY_FILE = "train_summary.json"
 
 
 def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
@@ -69,6 +77,7 @@ class Translator:
             raise CheckpointError(f"{model_path}: trained with {mismatch} ({spm_model_path})")
         self.model.to(self.device)
         self.sp = spm.SentencePieceProcessor(model_file=str(spm_model_path))
+        self.model_path, self.spm_model_path = Path(model_path), Path(spm_model_path)
         config = self.meta["model_config"]
         # Learned positions (Table 3 row E) cover max_positions; sinusoids cover any length.
         self.max_src_tokens: int | None = None
@@ -80,6 +89,31 @@ class Translator:
                     f"the model's max_positions={config['max_positions']}"
                 )
         self.truncated = 0
+
+    @classmethod
+    def from_run(
+        cls,
+        run_dir: str | Path,
+        settings: SearchSettings | None = None,
+        device: str = "auto",
+        spm_model: str | Path | None = None,
+    ) -> Translator:
+        """The translator of a trained pipeline experiment ``results/runs/<experiment>``.
+
+        Reads ``<run_dir>/averaged.pt`` and the pair's SentencePiece model: ``spm_model`` when
+        given, else the ``results/spm/<dataset>/<pair>/spm.model`` beside the run directory
+        whose sha256 is the vocabulary recorded in ``<run_dir>/train_summary.json``. Search
+        settings default to the paper's (``SearchSettings()``: beam 4, α 0.6, +50).
+        """
+        run_dir = Path(run_dir)
+        model = run_dir / AVERAGED_MODEL
+        if not model.is_file():
+            raise CheckpointError(
+                f"{model}: not found (train and average the experiment first, e.g. "
+                f"snakemake {model})"
+            )
+        spm_path = Path(spm_model) if spm_model is not None else find_spm_model(run_dir)
+        return cls(model, spm_path, settings if settings is not None else SearchSettings(), device)
 
     def encode(self, line: str) -> np.ndarray:
         ids = self.sp.encode(line, out_type=int)
@@ -101,7 +135,11 @@ class Translator:
             alpha=s.alpha, max_len_b=s.max_len_b, nbest=s.nbest,
         )  # fmt: skip
 
-    def translate(
+    def translate(self, lines: Sequence[str]) -> list[str]:
+        """Translate ``lines``: one translation per line (the best hypothesis), in order."""
+        return [nbest[0][0] for nbest in self.translate_nbest(lines)]
+
+    def translate_nbest(
         self, lines: Sequence[str], progress: Callable[[int], None] | None = None
     ) -> list[list[tuple[str, float]]]:
         """Translate ``lines``; returns per line its n-best (text, score), best first.
@@ -124,17 +162,52 @@ class Translator:
         return results
 
 
+def find_spm_model(run_dir: str | Path) -> Path:
+    """The SentencePiece model a run in ``<results>/runs/<experiment>`` was trained with: the
+    ``<results>/spm/*/*/spm.model`` whose sha256 is the run summary's vocabulary sha256 (the
+    only one there when the run has no summary yet)."""
+    run_dir = Path(run_dir)
+    results = run_dir.resolve().parent.parent
+    pattern = f"{results}/spm/*/*/spm.model"
+    candidates = sorted(results.glob("spm/*/*/spm.model"))
+    summary_path = run_dir / SUMMARY_FILE
+    expected: str | None = None
+    if summary_path.is_file():
+        try:
+            expected = str(json.loads(summary_path.read_text(encoding="utf-8"))["vocab"]["sha256"])
+        except (ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(f"{summary_path}: no vocab.sha256 ({err!r})") from err
+    elif len(candidates) == 1:
+        return candidates[0]
+    else:
+        raise CheckpointError(
+            f"{summary_path}: not found, and {len(candidates)} SentencePiece models match "
+            f"{pattern}: pass the run's spm_model explicitly"
+        )
+    for candidate in candidates:
+        if sha256_file(candidate) == expected:
+            return candidate
+    raise CheckpointError(
+        f"{summary_path}: no SentencePiece model matching {pattern} has the run's vocabulary "
+        f"(sha256 {expected[:12]}…): pass spm_model explicitly"
+    )
+
+
 def _resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
 
 
-def format_output(results: Iterable[list[tuple[str, float]]], nbest: int) -> Iterator[str]:
-    """One line per sentence; with n-best, Moses format ``i ||| text ||| score``."""
-    for i, hyps in enumerate(results):
+def format_output(
+    results: Iterable[list[tuple[str, float]]], nbest: int, start: int = 0
+) -> Iterator[str]:
+    """One line per sentence; with n-best, Moses format ``i ||| text ||| score`` (``i`` counts
+    from ``start``). A newline the model decoded (a byte-fallback piece) becomes a space, so
+    output line i is always the translation of input line i."""
+    for i, hyps in enumerate(results, start=start):
         if nbest == 1:
-            yield hyps[0][0]
+            yield hyps[0][0].replace("\n", " ")
         else:
             for text, score in hyps:
-                yield f"{i} ||| {text} ||| {score:.6f}"
+                yield f"{i} ||| {text.replace(chr(10), ' ')} ||| {score:.6f}"

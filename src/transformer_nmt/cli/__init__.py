@@ -27,6 +27,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "translate": ("translate", "beam-search translate a file (or stdin) with a trained model"),
     "score": ("score", "score hypotheses against references with sacreBLEU"),
     "report": ("report", "aggregate every experiment's scores into a report"),
+    "register": ("register", "log a trained experiment as an MLflow model and register it"),
 }
 
 

@@ -3,8 +3,10 @@
 Writes ``<run-dir>/checkpoints/step=*.ckpt`` while it runs (not a Snakemake output: a failed or
 killed job keeps them and the next run resumes) and, once ``max_steps`` is reached,
 ``<run-dir>/train_summary.json`` (the declared output). With tracking flags it logs the
-resolved model and train configs as ``train.*`` params, metrics through Lightning, the
-SentencePiece model and the cleaning report as artifacts, and the vocabulary's sha256 as a tag.
+resolved model and train configs as ``train.*`` params, the data stages' settings as ``data.*``
+params, metrics through Lightning, the SentencePiece model and the cleaning report as artifacts,
+the sha256 of the vocabulary and of the token arrays as tags and, at the end, the learning curve
+(``figures/learning_curve.png``).
 The run itself is ``training.run.train_run``.
 """
 
@@ -90,11 +92,18 @@ def run(args: argparse.Namespace) -> int:
     with lock:
         start = plan_start(args.run_dir, model_cfg, train_cfg, vocab)
         params = {"model": model_cfg.to_dict(), **train_cfg.to_dict()}
-        tags = {"data.spm_sha256": vocab.sha256, "data.vocab_size": vocab.size}
         experiment = args.mlflow_experiment if rank_zero_only.rank == 0 else None
+        data_params, tags = {}, {}
+        if experiment is not None and args.mlflow_run is not None:  # data settings, checksums
+            langs = (args.src, args.tgt)
+            data_params, tags = tracking.data_record(
+                args.spm_model, vocab.size, args.clean_report, args.bin_dir,
+                {args.train_split: langs, args.valid_split: langs},
+            )  # fmt: skip
         with tracking.stage_run(
-            experiment, args.mlflow_run, "train", params, tags, new_run_reason=start.reason
-        ) as mlrun:
+            experiment, args.mlflow_run, "train", params, tags, new_run_reason=start.reason,
+            shared_params=data_params,
+        ) as mlrun:  # fmt: skip
             if mlrun is not None:
                 mlrun.log_artifact(args.spm_model, "data")
                 if args.clean_report is not None and args.clean_report.is_file():
@@ -112,4 +121,5 @@ def run(args: argparse.Namespace) -> int:
             )
             if mlrun is not None and summary is not None:
                 mlrun.log_artifact(args.run_dir / SUMMARY_FILE)
+                tracking.log_learning_curve(mlrun)  # figures/learning_curve.png
     return 0

@@ -1,4 +1,9 @@
-"""``translate``: beam-search a file (or stdin) with a model file, detokenised output."""
+"""``translate``: beam-search a file (or stdin) with a model file, detokenised output.
+
+Input lines end at ``\n`` only (``io_utils.read_lines`` / ``stream_line_batches``): output line
+i is the translation of input line i. Stdin is translated as it arrives, in batches of at most
+``--stdin-batch`` lines (fewer when the input pauses), each written and flushed at once.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +12,27 @@ import dataclasses
 import logging
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from transformer_nmt import tracking
-from transformer_nmt.io_utils import atomic_open, read_lines
+from transformer_nmt.errors import ConfigError
+from transformer_nmt.io_utils import atomic_open, read_lines, stream_line_batches
 from transformer_nmt.search.settings import SearchSettings
+
+if TYPE_CHECKING:
+    from transformer_nmt.progress import Progress
+    from transformer_nmt.translation import Translator
 
 log = logging.getLogger(__name__)
 
+STDIN_BATCH = 256  # lines: enough for full token batches, small enough to answer promptly
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="model file (averaged.pt) or checkpoint")
-    parser.add_argument("--spm-model", required=True, help="the pair's SentencePiece model")
-    parser.add_argument("--input", help="source text, one sentence per line (default: stdin)")
-    parser.add_argument("--output", help="translations, one per line (default: stdout)")
+
+def add_search_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--beam --alpha --max-len-b --max-tokens`` with the §6.1 defaults (``SearchSettings``);
+    ``search_settings(args)`` reads them back."""
     defaults = SearchSettings()  # §6.1: the one source of the search defaults
     parser.add_argument(
         "--beam", type=int, default=defaults.beam, help=f"§6.1 beam size ({defaults.beam})"
@@ -43,11 +55,35 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=defaults.max_tokens,
         help=f"source tokens per batch, with padding ({defaults.max_tokens})",
     )
+
+
+def search_settings(args: argparse.Namespace) -> SearchSettings:
+    return SearchSettings(
+        beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
+        nbest=getattr(args, "nbest", 1),
+    )  # fmt: skip
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="model file (averaged.pt) or checkpoint")
+    parser.add_argument("--spm-model", required=True, help="the pair's SentencePiece model")
+    parser.add_argument("--input", help="source text, one sentence per line (default: stdin)")
+    parser.add_argument("--output", help="translations, one per line (default: stdout)")
+    add_search_arguments(parser)
+    defaults = SearchSettings()
     parser.add_argument(
         "--nbest",
         type=int,
         default=defaults.nbest,
         help="n-best lists as 'i ||| text ||| score' lines",
+    )
+    parser.add_argument(
+        "--stdin-batch",
+        type=int,
+        default=STDIN_BATCH,
+        metavar="N",
+        help="stdin: translate (and write) at most N lines at a time, or fewer when the input "
+        f"pauses, so piped input is translated as it arrives ({STDIN_BATCH})",
     )
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda:0")
     tracking.add_cli_arguments(parser)
@@ -55,15 +91,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from transformer_nmt.progress import Progress
-    from transformer_nmt.translation import Translator, format_output
+    from transformer_nmt.translation import Translator
 
-    settings = SearchSettings(
-        beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, nbest=args.nbest,
-        max_tokens=args.max_tokens,
-    )  # fmt: skip
+    settings = search_settings(args)
+    if args.stdin_batch < 1:
+        raise ConfigError(f"--stdin-batch must be >= 1, got {args.stdin_batch}")
     if args.input is None and args.output is None and sys.stdin.isatty():
         translator = Translator(args.model, args.spm_model, settings, args.device)
-        return _interactive(translator)
+        print("Type a sentence per line (Ctrl-D to end).", file=sys.stderr)
+        _translate_stream(translator, _stdin_batches(args), sys.stdout, progress=None)
+        return 0
 
     name = Path(args.output).stem if args.output else "stdin"
     params = {**dataclasses.asdict(settings), "model": str(args.model)}
@@ -71,49 +108,62 @@ def run(args: argparse.Namespace) -> int:
     with tracking.stage_run(
         args.mlflow_experiment, args.mlflow_run, f"translate.{name}", params
     ) as tracked:
-        lines = read_lines(args.input) if args.input else sys.stdin.read().splitlines()
+        lines = read_lines(args.input) if args.input else None
         translator = Translator(args.model, args.spm_model, settings, args.device)
         log.info(
-            "translating %d sentences on %s (beam %d, alpha %g, max len +%d)",
-            len(lines), translator.device, settings.beam, settings.alpha, settings.max_len_b,
+            "translating %s on %s (beam %d, alpha %g, max len +%d)",
+            f"{len(lines)} sentences" if lines is not None else "stdin as it arrives",
+            translator.device, settings.beam, settings.alpha, settings.max_len_b,
         )  # fmt: skip
-        progress = Progress(len(lines), f"translate {name}")
+        progress = Progress(len(lines), f"translate {name}") if lines is not None else None
+        batches = [lines] if lines is not None else _stdin_batches(args)
         started = time.monotonic()
-        results = translator.translate(lines, progress)
+        if args.output:
+            with atomic_open(args.output) as handle:
+                count = _translate_stream(translator, batches, handle, progress)
+        else:
+            count = _translate_stream(translator, batches, sys.stdout, progress)
         seconds = time.monotonic() - started
-        progress.close()
+        if progress is not None:
+            progress.close()
         if translator.truncated:
             log.warning(
                 "%d source sentences were longer than the model's learned positions allow "
                 "and were truncated to %d tokens",
                 translator.truncated, translator.max_src_tokens,
             )  # fmt: skip
-        if args.output:
-            with atomic_open(args.output) as handle:
-                for line in format_output(results, args.nbest):
-                    handle.write(line + "\n")
-        else:
-            for line in format_output(results, args.nbest):
-                sys.stdout.write(line + "\n")
-            sys.stdout.flush()
-        rate = len(lines) / max(seconds, 1e-9)
-        log.info("translated %d sentences in %.1f s (%.1f sentences/s)", len(lines), seconds, rate)
+        rate = count / max(seconds, 1e-9)
+        log.info("translated %d sentences in %.1f s (%.1f sentences/s)", count, seconds, rate)
         if tracked is not None:
             tracked.log_metrics(
                 {f"{name}.translate_seconds": seconds, f"{name}.translate_sentences_per_s": rate}
             )
             if args.output:
                 tracked.log_artifact(args.output, "hypotheses")
+                # The MLflow UI previews .txt artifacts (not .hyp): the same file, viewable.
+                tracked.log_artifact_as(args.output, f"hypotheses/{name}.txt")
     return 0
 
 
-def _interactive(translator) -> int:
-    """A terminal on stdin: translate each line as soon as it is typed."""
+def _stdin_batches(args: argparse.Namespace) -> Iterator[list[str]]:
+    return stream_line_batches(sys.stdin.buffer, args.stdin_batch, name="<stdin>")
+
+
+def _translate_stream(
+    translator: Translator,
+    batches: Iterable[list[str]],
+    out: TextIO,
+    progress: Progress | None,
+) -> int:
+    """Translate each batch of lines as it comes and write (and flush) its translations before
+    the next batch is read; returns the number of lines."""
     from transformer_nmt.translation import format_output
 
-    print("Type a sentence per line (Ctrl-D to end).", file=sys.stderr)
-    for line in sys.stdin:
-        results = translator.translate([line.rstrip("\n")])
-        for out in format_output(results, translator.settings.nbest):
-            print(out, flush=True)
-    return 0
+    count = 0
+    for lines in batches:
+        results = translator.translate_nbest(lines, progress)
+        for line in format_output(results, translator.settings.nbest, start=count):
+            out.write(line + "\n")
+        out.flush()
+        count += len(lines)
+    return count
