@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 min_version("8.0")
@@ -20,6 +21,7 @@ sys.path.insert(0, str(REPO / "workflow" / "lib"))
 
 import pipeline as paths  # noqa: E402  (the output path templates)
 from pipeline import Pipeline  # noqa: E402
+from transformer_nmt.errors import ConfigError  # noqa: E402
 
 # Deep-merging a recipe into the default config would also run the demo: load the default
 # only when no --configfile is given (``--config key=value`` still applies on top).
@@ -28,8 +30,12 @@ if not workflow.overwrite_configfiles:
     configfile: str(REPO / "config" / "config.yaml")
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
-pipeline = Pipeline(config, REPO)
+try:
+    validate(config, "workflow/schemas/config.schema.yaml")
+    pipeline = Pipeline(config, REPO)
+except (WorkflowError, ConfigError) as err:
+    # one line naming the key (validate's own message dumps the schema and the whole config)
+    sys.exit(paths.config_error_line(err))
 os.environ["TRANSFORMER_NMT_REGISTRY"] = pipeline.registry_path
 if pipeline.mirror():
     # The download stage reads the mirror from the environment: where the files come from is

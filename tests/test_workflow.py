@@ -169,10 +169,18 @@ def test_changing_a_training_value_reruns_training_and_downstream_only(
     config = copy.deepcopy(pipeline["config"])
     config["experiments"]["smoke_b"]["train"]["warmup"] = 12
     jobs = _planned_jobs(_snakemake(pipeline["workdir"], config, "-n"))
-    # smoke_b: train, average, translate + score of its one test set; the shared report.
+    # smoke_b: its settings file, train, average, translate + score of its one test set; the
+    # shared report.
     assert jobs == {
-        "train": 1, "average": 1, "translate": 1, "score": 1, "report": 1, "all": 1, "total": 6,
+        "train_config": 1, "train": 1, "average": 1, "translate": 1, "score": 1, "report": 1,
+        "all": 1, "total": 7,
     }  # fmt: skip
+
+
+def test_rewriting_the_same_train_settings_does_not_retrain(pipeline: dict[str, Any]) -> None:
+    # A finished run that trains again starts from scratch: only a changed value may cause it.
+    result = _snakemake(pipeline["workdir"], pipeline["config"], "-n", "--forcerun", "train_config")
+    assert _planned_jobs(result) == {"train_config": 2, "total": 2}
 
 
 def test_changing_a_search_value_reruns_translation_and_scoring_only(
