@@ -17,7 +17,10 @@ from snakemake.utils import min_version, validate
 min_version("8.0")
 
 REPO = Path(workflow.basedir)
-sys.path.insert(0, str(REPO / "workflow" / "lib"))
+# This file and every job use the package of this checkout (src/), also in the environments of
+# `--use-conda`, which install only the dependencies (environment.yml).
+SRC = str(REPO / "src")
+sys.path[:0] = [SRC, str(REPO / "workflow" / "lib")]
 
 import pipeline as paths  # noqa: E402  (the output path templates)
 from pipeline import Pipeline  # noqa: E402
@@ -36,11 +39,29 @@ try:
 except (WorkflowError, ConfigError) as err:
     # one line naming the key (validate's own message dumps the schema and the whole config)
     sys.exit(paths.config_error_line(err))
+_pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p not in ("", SRC)]
+os.environ["PYTHONPATH"] = os.pathsep.join([SRC, *_pythonpath])
+# The data stages read the registry and the mirror from the environment: where the files are
+# is not a param, so moving the checkout or switching between a mirror and the URLs re-runs
+# nothing (downloads are sha256-verified). "" = no mirror (download from the URLs).
 os.environ["TRANSFORMER_NMT_REGISTRY"] = pipeline.registry_path
-if pipeline.mirror():
-    # The download stage reads the mirror from the environment: where the files come from is
-    # not a param, so switching between a mirror and the URLs re-runs nothing (sha256-verified).
-    os.environ["TRANSFORMER_NMT_MIRROR"] = pipeline.mirror()
+os.environ["TRANSFORMER_NMT_MIRROR"] = pipeline.mirror() or os.environ.get(
+    "TRANSFORMER_NMT_MIRROR", ""
+)
+
+
+envvars:
+    "PYTHONPATH",
+    "TRANSFORMER_NMT_REGISTRY",
+    "TRANSFORMER_NMT_MIRROR",
+
+
+# Cheap jobs run in Snakemake's own process, never submitted to a cluster (profiles/slurm).
+localrules:
+    train_config,
+    score,
+    report,
+
 
 wildcard_constraints:
     dataset=r"[A-Za-z0-9_]+",
@@ -57,7 +78,7 @@ include: "workflow/rules/evaluate.smk"
 
 
 rule all:
+    default_target: True
     input:
         rules.report.output.report,
         pipeline.all_scores(),
-    default_target: True
