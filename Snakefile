@@ -11,15 +11,20 @@ import os
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 min_version("8.0")
 
 REPO = Path(workflow.basedir)
-sys.path.insert(0, str(REPO / "workflow" / "lib"))
+# This file and every job use the package of this checkout (src/), also in the environments of
+# `--use-conda`, which install only the dependencies (environment.yml).
+SRC = str(REPO / "src")
+sys.path[:0] = [SRC, str(REPO / "workflow" / "lib")]
 
 import pipeline as paths  # noqa: E402  (the output path templates)
 from pipeline import Pipeline  # noqa: E402
+from transformer_nmt.errors import ConfigError  # noqa: E402
 
 # Deep-merging a recipe into the default config would also run the demo: load the default
 # only when no --configfile is given (``--config key=value`` still applies on top).
@@ -28,13 +33,35 @@ if not workflow.overwrite_configfiles:
     configfile: str(REPO / "config" / "config.yaml")
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
-pipeline = Pipeline(config, REPO)
+try:
+    validate(config, "workflow/schemas/config.schema.yaml")
+    pipeline = Pipeline(config, REPO)
+except (WorkflowError, ConfigError) as err:
+    # one line naming the key (validate's own message dumps the schema and the whole config)
+    sys.exit(paths.config_error_line(err))
+_pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p not in ("", SRC)]
+os.environ["PYTHONPATH"] = os.pathsep.join([SRC, *_pythonpath])
+# The data stages read the registry and the mirror from the environment: where the files are
+# is not a param, so moving the checkout or switching between a mirror and the URLs re-runs
+# nothing (downloads are sha256-verified). "" = no mirror (download from the URLs).
 os.environ["TRANSFORMER_NMT_REGISTRY"] = pipeline.registry_path
-if pipeline.mirror():
-    # The download stage reads the mirror from the environment: where the files come from is
-    # not a param, so switching between a mirror and the URLs re-runs nothing (sha256-verified).
-    os.environ["TRANSFORMER_NMT_MIRROR"] = pipeline.mirror()
+os.environ["TRANSFORMER_NMT_MIRROR"] = pipeline.mirror() or os.environ.get(
+    "TRANSFORMER_NMT_MIRROR", ""
+)
+
+
+envvars:
+    "PYTHONPATH",
+    "TRANSFORMER_NMT_REGISTRY",
+    "TRANSFORMER_NMT_MIRROR",
+
+
+# Cheap jobs run in Snakemake's own process, never submitted to a cluster (profiles/slurm).
+localrules:
+    train_config,
+    score,
+    report,
+
 
 wildcard_constraints:
     dataset=r"[A-Za-z0-9_]+",
@@ -51,7 +78,7 @@ include: "workflow/rules/evaluate.smk"
 
 
 rule all:
+    default_target: True
     input:
         rules.report.output.report,
         pipeline.all_scores(),
-    default_target: True

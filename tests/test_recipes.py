@@ -103,6 +103,9 @@ def test_dry_run_of_every_recipe(tmp_path: Path, recipe: Path) -> None:
     # A --configfile replaces the default config: only the recipe's experiment is planned.
     (train,) = _shell_commands(out, "train")
     assert f"--run-dir results/runs/{name} " in train
+    # the settings travel in a file (rule train_config), not as JSON on the command line
+    assert f"--config-file results/runs/{name}/train_config.json " in train
+    assert "{" not in train and "--model" not in train
     assert f"--mlflow-experiment {exp['dataset']}_{exp['pair']} --mlflow-run {name}" in train
     translate = _shell_commands(out, "translate")
     assert len(translate) == len(exp["test_sets"])
@@ -129,8 +132,8 @@ def test_dry_run_of_the_default_plans_the_whole_dag(tmp_path: Path) -> None:
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
     assert counts == {
         "download_multi30k": "1", "prepare_multi30k_en_de": "1", "spm_train": "1",
-        "encode": "4", "train": "1", "average": "1", "translate": "2", "score": "2",
-        "report": "1", "all": "1", "total": "15",
+        "encode": "4", "train_config": "1", "train": "1", "average": "1", "translate": "2",
+        "score": "2", "report": "1", "all": "1", "total": "16",
     }  # fmt: skip
 
 
@@ -146,16 +149,24 @@ def test_slurm_profile_runs_train_as_one_ddp_task_per_gpu(tmp_path: Path) -> Non
     block = out[out.index("rule train:") :].split("Shell command")[0]
     for resource in ("gpu=8", "nodes=1", "tasks_per_node=8", "mpi=srun", "slurm_partition=gpu"):
         assert resource in block
-    # devices: auto and num_nodes: 1 take the 8 GPUs / 1 node that SLURM gives the job.
-    assert '"devices":"auto"' in train and '"num_nodes":1' in train
+    # devices: auto and num_nodes: 1 take the 8 GPUs / 1 node that SLURM gives the job; the
+    # train job reads them from the file of the (local, not submitted) train_config rule.
+    settings = (
+        _pipeline_module().Pipeline(_load(recipe), REPO_ROOT).train_config("wmt14_en_de_base")
+    )
+    assert settings["train"]["devices"] == "auto" and settings["train"]["num_nodes"] == 1
+    assert "--config-file results/runs/wmt14_en_de_base/train_config.json " in train
 
 
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda e: e["translate"].update(beam=0), r"\['translate'\]\['beam'\]"),
-        (lambda e: e["train"].update(max_stpes=10), r"'max_stpes' was unexpected"),
-        (lambda e: e.update(preset="huge"), r"'huge' is not one of"),
+        (lambda e: e["translate"].update(beam=0), r"experiments\.demo\.translate\.beam: 0 is less"),
+        (
+            lambda e: e["train"].update(max_stpes=10),
+            r"demo\.train: unknown key 'max_stpes' \(known",
+        ),
+        (lambda e: e.update(preset="huge"), r"experiments\.demo\.preset: 'huge' is not one of"),
         (lambda e: e.update(test_sets=["test_2099"]), r"experiments\.demo\.test_sets: 'test_2099'"),
         (lambda e: e.update(dataset="wmt99"), r"experiments\.demo: unknown dataset 'wmt99'"),
         (lambda e: e.update(pair="en-fr"), r"experiments\.demo: no data settings for multi30k"),
@@ -177,9 +188,22 @@ def test_invalid_config_names_the_key(tmp_path: Path, edit: Any, message: str) -
     bad.write_text(yaml.safe_dump(config), encoding="utf-8")
     result = _dry_run(tmp_path, "--configfile", str(bad))
     assert result.returncode != 0
-    assert re.search(message, result.stdout + result.stderr), (result.stdout + result.stderr)[
-        -2000:
-    ]
+    out = result.stdout + result.stderr
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("config: ")]
+    assert re.search(message, line), out[-2000:]
+    assert len(out.splitlines()) <= 3, out[-2000:]  # no schema or config dump
+
+
+def test_misspelled_top_level_key_is_one_short_line(tmp_path: Path) -> None:
+    config = _load(DEFAULT)
+    config["experimnts"] = config.pop("experiments")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(config), encoding="utf-8")
+    result = _dry_run(tmp_path, "--configfile", str(bad))
+    assert result.returncode != 0
+    assert result.stdout == "" and result.stderr.splitlines()[-1] == (
+        "config: unknown key 'experimnts' (known: data, data_mirror, experiments, registry)"
+    )
 
 
 def test_pipeline_resolves_files_and_params() -> None:

@@ -37,3 +37,19 @@ def test_environment_yml_installs_every_runtime_dependency() -> None:
         return {re.split(r"[<>=!~\[ ]", r, maxsplit=1)[0].lower() for r in requirements}
 
     assert names(pyproject["project"]["dependencies"]) <= names(pip_section)
+
+
+def test_one_torch_version_everywhere() -> None:
+    """README, Makefile (what `make run` installs) and environment.yml pin the same torch."""
+    pins = {
+        name: set(re.findall(r"torch==([\w.+]+)", (REPO_ROOT / name).read_text(encoding="utf-8")))
+        for name in ("README.md", "Makefile", "environment.yml")
+    }
+    (version,) = pins["Makefile"]
+    assert pins == {name: {version} for name in pins}
+
+
+def test_license_file_matches_pyproject() -> None:
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["license"] == "MIT"
+    assert (REPO_ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License\n")

@@ -244,6 +244,35 @@ def test_a_gpu_recipe_on_a_cpu_machine_is_one_line_and_no_mlflow_run(
     assert not (tmp_path / "run").exists()
 
 
+def _without_flags(argv: list[str], *flags: str) -> list[str]:
+    """``argv`` less each flag in ``flags`` and its value."""
+    drop = {i + k for i, arg in enumerate(argv) if arg in flags for k in (0, 1)}
+    return [arg for i, arg in enumerate(argv) if i not in drop]
+
+
+def test_cli_config_file_replaces_model_and_train(
+    corpus: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pipeline's train_config.json ({"model": spec, "train": keys}) trains as --model and
+    --train do; the two ways exclude each other and a bad file is named."""
+    settings = tmp_path / "train_config.json"
+    settings.write_text(json.dumps({"model": MODEL, "train": {**BASE_TRAIN, "max_steps": 2}}))
+    run_dir = tmp_path / "run"
+    by_flags = train_argv(corpus, run_dir, max_steps=2)
+    argv = [*_without_flags(by_flags, "--model", "--train"), "--config-file", str(settings)]
+    assert main(argv) == 0
+    summary = json.loads((run_dir / "train_summary.json").read_text())
+    assert summary["final_step"] == 2 and summary["model_config"]["d_model"] == 32
+    assert summary["train_config"]["seed"] == BASE_TRAIN["seed"]
+
+    assert main([*by_flags, "--config-file", str(settings)]) == 2
+    assert "--config-file replaces --model and --train" in capsys.readouterr().err
+    settings.write_text(json.dumps({"modle": MODEL, "train": {}}))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert str(settings) in err and "'modle'" in err
+
+
 # --- training, resume ---------------------------------------------------------------------------
 
 

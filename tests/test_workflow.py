@@ -1,7 +1,8 @@
 """The whole Snakemake DAG on a slice of Multi30k: outputs, MLflow runs, no-op re-run, re-runs.
 
-One real run (module-scoped) of two experiments with a tiny model and a few steps, from the
-shared dataset mirror, in a temporary working directory; later tests only dry-run against it.
+One real run (module-scoped) of the two experiments of .test/config/config.yaml (a tiny model,
+a few steps), from the shared dataset mirror, in a temporary working directory; later tests
+only dry-run against it.
 """
 
 from __future__ import annotations
@@ -21,54 +22,13 @@ from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
-SLICE = 150  # sentences per split (clean.max_sentences): train, valid and each test set
-TINY = {"N": 1, "d_model": 64, "d_ff": 128, "h": 2, "d_k": 32, "d_v": 32}
-
-
-def _experiment(max_steps: int, last_k: int, test_sets: list[str]) -> dict[str, Any]:
-    return {
-        "dataset": "multi30k",
-        "pair": "en-de",
-        "preset": "tiny",
-        "model_overrides": dict(TINY),
-        "train": {
-            "max_steps": max_steps,
-            "max_tokens": 1024,
-            "tokens_per_update": 1024,
-            "warmup": 10,
-            "accelerator": "cpu",
-            "devices": 1,
-            "checkpoint_every_steps": 5,
-            "keep_checkpoints": last_k,
-            "val_every_steps": 10,
-            "log_every_steps": 5,
-            "num_workers": 0,
-        },  # fmt: skip
-        "average_last_k": last_k,
-        "translate": {"beam": 2, "alpha": 0.6, "max_len_b": 5, "max_tokens": 2048},
-        "test_sets": test_sets,
-        "resources": {"threads": 1, "mem_mb": 2000, "runtime": 10},
-    }
+TEST_CONFIG = REPO_ROOT / ".test" / "config" / "config.yaml"
 
 
 def _config(mirror: Path) -> dict[str, Any]:
-    return {
-        "data_mirror": str(mirror),
-        "data": {
-            "multi30k": {
-                "en-de": {
-                    "vocab_size": 600,
-                    "spm_sample_sentences": 100000,
-                    "spm_seed": 1,
-                    "clean": {"max_sentences": SLICE},
-                }
-            }
-        },
-        "experiments": {
-            "smoke_a": _experiment(20, 3, ["test_2016_flickr", "test_2017_flickr"]),
-            "smoke_b": _experiment(15, 2, ["test_2016_flickr"]),
-        },
-    }
+    """The repo's test config (.test/config/config.yaml) reading from ``mirror``."""
+    config = yaml.safe_load(TEST_CONFIG.read_text(encoding="utf-8"))
+    return {**config, "data_mirror": str(mirror)}
 
 
 def _snakemake(workdir: Path, config: dict[str, Any], *args: str) -> subprocess.CompletedProcess:
@@ -102,25 +62,30 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, shared_mirror: Path) -> d
 
 def test_every_output_exists_and_is_well_formed(pipeline: dict[str, Any]) -> None:
     wd: Path = pipeline["workdir"]
+    settings = pipeline["config"]["data"]["multi30k"]["en-de"]
+    n = settings["clean"]["max_sentences"]  # sentences per split
     data = wd / "results" / "data" / "multi30k" / "en-de"
     for split in ("train", "valid", "test_2016_flickr", "test_2017_flickr"):
         for lang in ("en", "de"):
-            assert len((data / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()) == SLICE
+            assert len((data / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()) == n
     assert (wd / "results" / "spm" / "multi30k" / "en-de" / "spm.model").stat().st_size > 0
     for name, exp in pipeline["config"]["experiments"].items():
         run = wd / "results" / "runs" / name
         summary = json.loads((run / "train_summary.json").read_text(encoding="utf-8"))
         assert summary["final_step"] == exp["train"]["max_steps"]
-        assert summary["vocab"]["size"] == 600
+        assert summary["vocab"]["size"] == settings["vocab_size"]
         checkpoints = sorted((run / "checkpoints").glob("step=*.ckpt"))
         assert len(checkpoints) == exp["average_last_k"]  # keep_checkpoints == average_last_k
         assert checkpoints[-1].name == f"step={exp['train']['max_steps']:08d}.ckpt"
         assert (run / "averaged.pt").stat().st_size > 0
+        model = {"preset": exp["preset"], "overrides": exp["model_overrides"]}
+        settings_file = json.loads((run / "train_config.json").read_text(encoding="utf-8"))
+        assert settings_file == {"model": model, "train": exp["train"]}
         for test_set in exp["test_sets"]:
             hyp = (run / f"{test_set}.hyp").read_text(encoding="utf-8")
-            assert len(hyp.splitlines()) == SLICE
+            assert len(hyp.splitlines()) == n
             scores = json.loads((run / f"{test_set}.scores.json").read_text(encoding="utf-8"))
-            assert scores["sentences"] == SLICE and scores["tgt_lang"] == "de"
+            assert scores["sentences"] == n and scores["tgt_lang"] == "de"
             for key in ("bleu", "chrf", "bleu_paper", "bleu_lc_tok"):
                 assert 0.0 <= scores[key]["score"] <= 100.0
             assert "tok:13a" in scores["bleu"]["signature"]
@@ -132,6 +97,13 @@ def test_every_output_exists_and_is_well_formed(pipeline: dict[str, Any]) -> Non
     assert [r.split("|")[1].strip() + "/" + r.split("|")[4].strip() for r in rows] == [
         "smoke_a/test_2016_flickr", "smoke_a/test_2017_flickr", "smoke_b/test_2016_flickr",
     ]  # fmt: skip
+
+
+def test_terminal_output_is_short(pipeline: dict[str, Any]) -> None:
+    # the settings travel in train_config.json, not as JSON on the printed command lines
+    (train,) = [ln for ln in pipeline["log"].splitlines() if "transformer_nmt train " in ln][:1]
+    assert "--config-file results/runs/" in train and "{" not in train
+    assert '"max_steps"' not in pipeline["log"] and '"d_model"' not in pipeline["log"]
 
 
 def test_mlflow_holds_one_run_per_experiment(pipeline: dict[str, Any]) -> None:
@@ -181,9 +153,11 @@ def test_changing_a_training_value_reruns_training_and_downstream_only(
     config = copy.deepcopy(pipeline["config"])
     config["experiments"]["smoke_b"]["train"]["warmup"] = 12
     jobs = _planned_jobs(_snakemake(pipeline["workdir"], config, "-n"))
-    # smoke_b: train, average, translate + score of its one test set; the shared report.
+    # smoke_b: its settings file, train, average, translate + score of its one test set; the
+    # shared report.
     assert jobs == {
-        "train": 1, "average": 1, "translate": 1, "score": 1, "report": 1, "all": 1, "total": 6,
+        "train_config": 1, "train": 1, "average": 1, "translate": 1, "score": 1, "report": 1,
+        "all": 1, "total": 7,
     }  # fmt: skip
 
 

@@ -16,8 +16,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+
 from transformer_nmt.data.registry import Dataset, load_registry
 from transformer_nmt.errors import ConfigError
+from transformer_nmt.io_utils import write_json
 
 # --- output path templates (Snakemake wildcards in braces) ------------------------------------
 RAW_DIR = "resources/{dataset}"
@@ -31,6 +34,7 @@ BIN_DIR = "results/bin/{dataset}/{pair}"
 TOKENS = BIN_DIR + "/{split}.{lang}.tokens.npy"
 OFFSETS = BIN_DIR + "/{split}.{lang}.offsets.npy"
 RUN_DIR = "results/runs/{experiment}"
+TRAIN_CONFIG = RUN_DIR + "/train_config.json"
 TRAIN_SUMMARY = RUN_DIR + "/train_summary.json"
 CHECKPOINT_DIR = RUN_DIR + "/checkpoints"
 AVERAGED_MODEL = RUN_DIR + "/averaged.pt"
@@ -42,6 +46,31 @@ REPORT = "results/report.md"
 def canonical_json(value: Any) -> str:
     """Canonical JSON: equal values give equal strings, so params compare exactly."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def config_error_line(err: Exception) -> str:
+    """One line naming the config key at fault, for a ``ConfigError`` or a failed
+    ``snakemake.utils.validate`` (a WorkflowError raised while handling the jsonschema error)."""
+    causes = (*err.args, err.__cause__, err.__context__)
+    error = next((c for c in causes if isinstance(c, jsonschema.ValidationError)), None)
+    if error is None:
+        return f"config: {err}"
+    path = ".".join(str(part) for part in error.absolute_path)
+    where = f"{path}: " if path else ""
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(known))
+        names = ", ".join(f"'{key}'" for key in unknown)
+        noun = "key" if len(unknown) == 1 else "keys"
+        return f"config: {where}unknown {noun} {names} (known: {', '.join(known)})"
+    return f"config: {where}{error.message}"
+
+
+def write_train_config(path: str, settings_json: str, log: str) -> None:
+    """The ``train_config`` rule: an experiment's settings (``Pipeline.train_config``, as
+    canonical JSON) to the file that ``train --config-file`` reads."""
+    write_json(path, json.loads(settings_json))
+    Path(log).write_text(f"wrote {path}\n", encoding="utf-8")
 
 
 class Pipeline:
@@ -137,9 +166,11 @@ class Pipeline:
         src, tgt = self.experiment(name)["pair"].split("-")
         return src, tgt
 
-    def model_spec(self, name: str) -> dict[str, Any]:
+    def train_config(self, name: str) -> dict[str, Any]:
+        """What ``train --config-file`` reads: the model spec and the ``train:`` keys."""
         exp = self.experiment(name)
-        return {"preset": exp["preset"], "overrides": exp["model_overrides"]}
+        model = {"preset": exp["preset"], "overrides": exp["model_overrides"]}
+        return {"model": model, "train": exp["train"]}
 
     def train_resource(self, name: str, key: str, default: int) -> int:
         return int(self.experiment(name).get("resources", {}).get(key, default))

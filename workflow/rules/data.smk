@@ -12,16 +12,18 @@ for _dataset in pipeline.datasets():
             f"download_{_dataset}"
         output:
             pipeline.raw_files(_dataset),
-        params:
-            # the dataset's files in the registry: a changed URL or checksum re-runs the download
-            entry=pipeline.registry_entry_json(_dataset),
-            out_dir=paths.RAW_DIR.format(dataset=_dataset),
-            dataset=_dataset,
         log:
             f"logs/download/{_dataset}.log",
         benchmark:
             f"results/benchmarks/download/{_dataset}.tsv"
         retries: 2
+        conda:
+            "../../environment.yml"
+        params:
+            # the dataset's files in the registry: a changed URL or checksum re-runs the download
+            entry=pipeline.registry_entry_json(_dataset),
+            out_dir=lambda wc, output: os.path.dirname(output[0]),
+            dataset=_dataset,
         shell:
             'python -m transformer_nmt download --registry "$TRANSFORMER_NMT_REGISTRY"'
             " --dataset {params.dataset} --out-dir {params.out_dir:q}"
@@ -38,17 +40,19 @@ for _dataset, _pair in pipeline.data_pairs():
         output:
             pipeline.text_files(_dataset, _pair),
             report=paths.CLEAN_REPORT.format(dataset=_dataset, pair=_pair),
-        params:
-            clean=paths.canonical_json(pipeline.data_settings(_dataset, _pair)["clean"]),
-            entry=pipeline.registry_pair_json(_dataset, _pair),
-            raw_dir=paths.RAW_DIR.format(dataset=_dataset),
-            out_dir=paths.TEXT_DIR.format(dataset=_dataset, pair=_pair),
-            dataset=_dataset,
-            pair=_pair,
         log:
             f"logs/prepare/{_dataset}_{_pair}.log",
         benchmark:
             f"results/benchmarks/prepare/{_dataset}_{_pair}.tsv"
+        conda:
+            "../../environment.yml"
+        params:
+            clean=paths.canonical_json(pipeline.data_settings(_dataset, _pair)["clean"]),
+            entry=pipeline.registry_pair_json(_dataset, _pair),
+            raw_dir=lambda wc, input: os.path.dirname(input[0]),
+            out_dir=lambda wc, output: os.path.dirname(output.report),
+            dataset=_dataset,
+            pair=_pair,
         shell:
             'python -m transformer_nmt prepare --registry "$TRANSFORMER_NMT_REGISTRY"'
             " --dataset {params.dataset} --pair {params.pair} --raw-dir {params.raw_dir:q}"
@@ -62,16 +66,18 @@ rule spm_train:
     output:
         model=paths.SPM_MODEL,
         vocab=paths.SPM_VOCAB,
+    log:
+        "logs/spm_train/{dataset}_{pair}.log",
+    benchmark:
+        "results/benchmarks/spm_train/{dataset}_{pair}.tsv"
+    conda:
+        "../../environment.yml"
+    threads: 4
     params:
         vocab_size=lambda wc: pipeline.data_settings(wc.dataset, wc.pair)["vocab_size"],
         sample=lambda wc: pipeline.data_settings(wc.dataset, wc.pair)["spm_sample_sentences"],
         seed=lambda wc: pipeline.data_settings(wc.dataset, wc.pair)["spm_seed"],
         prefix=paths.SPM_PREFIX,
-    log:
-        "logs/spm_train/{dataset}_{pair}.log",
-    benchmark:
-        "results/benchmarks/spm_train/{dataset}_{pair}.tsv"
-    threads: 4
     shell:
         "python -m transformer_nmt spm-train --inputs {input.src:q} {input.tgt:q}"
         " --vocab-size {params.vocab_size} --sample-sentences {params.sample}"
@@ -85,13 +91,15 @@ rule encode:
     output:
         tokens=paths.TOKENS,
         offsets=paths.OFFSETS,
-    params:
-        out_dir=paths.BIN_DIR,
     log:
         "logs/encode/{dataset}_{pair}_{split}.{lang}.log",
     benchmark:
         "results/benchmarks/encode/{dataset}_{pair}_{split}.{lang}.tsv"
+    conda:
+        "../../environment.yml"
     threads: 4
+    params:
+        out_dir=paths.BIN_DIR,
     shell:
         "python -m transformer_nmt encode --spm-model {input.spm:q} --inputs {input.text:q}"
         " --out-dir {params.out_dir:q} --workers {threads} > {log:q} 2>&1"

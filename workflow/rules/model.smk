@@ -1,26 +1,40 @@
-# Model stages: train (Lightning; resumes from results/runs/{experiment}/checkpoints/, which is
-# deliberately NOT an output: Snakemake deletes the outputs of a failed job) → average.
+# Model stages: train_config → train (Lightning; resumes from
+# results/runs/{experiment}/checkpoints/, which is deliberately NOT an output: Snakemake deletes
+# the outputs of a failed job) → average.
+
+
+# The experiment's model and train settings as a file, so that the train command line stays
+# short (`tail -f logs/train/<experiment>.log` shows the run). A local `run:` rule, the one
+# exception to "rules are shell calls into the package": it only writes its params to a file.
+rule train_config:
+    output:
+        config=paths.TRAIN_CONFIG,
+    log:
+        "logs/train_config/{experiment}.log",
+    benchmark:
+        "results/benchmarks/train_config/{experiment}.tsv"
+    params:
+        settings=lambda wc: paths.canonical_json(pipeline.train_config(wc.experiment)),
+    run:
+        paths.write_train_config(output.config, params.settings, log[0])
 
 
 rule train:
     input:
+        # a changed setting re-runs train_config (params) and so training; so does anything
+        # that rewrites the file (`--forcerun train_config`, deleting it): avoid those.
+        config=rules.train_config.output.config,
         bin=lambda wc: pipeline.train_bin_files(wc.experiment),
         spm=lambda wc: pipeline.spm_model(wc.experiment),
         clean_report=lambda wc: pipeline.clean_report(wc.experiment),
     output:
         summary=paths.TRAIN_SUMMARY,
-    params:
-        model=lambda wc: paths.canonical_json(pipeline.model_spec(wc.experiment)),
-        train=lambda wc: paths.canonical_json(pipeline.experiment(wc.experiment)["train"]),
-        bin_dir=lambda wc: pipeline.bin_dir(wc.experiment),
-        src=lambda wc: pipeline.langs(wc.experiment)[0],
-        tgt=lambda wc: pipeline.langs(wc.experiment)[1],
-        run_dir=paths.RUN_DIR,
-        tracking=lambda wc: pipeline.tracking_flags(wc.experiment),
     log:
         "logs/train/{experiment}.log",
     benchmark:
         "results/benchmarks/train/{experiment}.tsv"
+    conda:
+        "../../environment.yml"
     threads: lambda wc: pipeline.train_resource(wc.experiment, "threads", 2)
     resources:
         gpu=lambda wc: pipeline.train_resource(wc.experiment, "gpu", 0),
@@ -29,10 +43,16 @@ rule train:
         # launcher for multi-task jobs: profiles/slurm sets "srun" so that SLURM starts one
         # Lightning DDP process per GPU (Lightning reads the ranks from SLURM's environment).
         mpi="",
+    params:
+        bin_dir=lambda wc: pipeline.bin_dir(wc.experiment),
+        src=lambda wc: pipeline.langs(wc.experiment)[0],
+        tgt=lambda wc: pipeline.langs(wc.experiment)[1],
+        run_dir=lambda wc, output: os.path.dirname(output.summary),
+        tracking=lambda wc: pipeline.tracking_flags(wc.experiment),
     shell:
         "{resources.mpi} python -m transformer_nmt train --bin-dir {params.bin_dir:q}"
         " --spm-model {input.spm:q} --src {params.src} --tgt {params.tgt}"
-        " --run-dir {params.run_dir:q} --model {params.model:q} --train {params.train:q}"
+        " --run-dir {params.run_dir:q} --config-file {input.config:q}"
         " --clean-report {input.clean_report:q} {params.tracking} >> {log:q} 2>&1"
 
 
@@ -42,15 +62,17 @@ rule average:
         summary=rules.train.output.summary,
     output:
         model=paths.AVERAGED_MODEL,
+    log:
+        "logs/average/{experiment}.log",
+    benchmark:
+        "results/benchmarks/average/{experiment}.tsv"
+    conda:
+        "../../environment.yml"
     params:
         # --last K, or --last auto with the dev files and the experiment's search settings
         last_k=lambda wc: pipeline.average_flags(wc.experiment),
         checkpoint_dir=paths.CHECKPOINT_DIR,
         tracking=lambda wc: pipeline.tracking_flags(wc.experiment),
-    log:
-        "logs/average/{experiment}.log",
-    benchmark:
-        "results/benchmarks/average/{experiment}.tsv"
     shell:
         "python -m transformer_nmt average --checkpoint-dir {params.checkpoint_dir:q}"
         " {params.last_k} --out {output.model:q} {params.tracking} > {log:q} 2>&1"

@@ -7,7 +7,9 @@ resolved model and train configs as ``train.*`` params, the data stages' setting
 params, metrics through Lightning, the SentencePiece model and the cleaning report as artifacts,
 the sha256 of the vocabulary and of the token arrays as tags and, at the end, the learning curve
 (``figures/learning_curve.png``).
-The run itself is ``training.run.train_run``.
+The experiment's settings come from ``--config-file`` (the file the pipeline's ``train_config``
+rule writes, so that the command line stays short) or, by hand and in tests, from ``--model``
+and ``--train``. The run itself is ``training.run.train_run``.
 """
 
 from __future__ import annotations
@@ -35,11 +37,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tgt", required=True, help="target language, e.g. de")
     parser.add_argument("--run-dir", required=True, type=Path, help="results/runs/<experiment>")
     parser.add_argument(
+        "--config-file",
+        type=Path,
+        default=None,
+        help='JSON file {"model": {"preset": ..., "overrides": {...}}, "train": {...}} (the '
+        "pipeline's results/runs/<experiment>/train_config.json); replaces --model and --train",
+    )
+    parser.add_argument(
         "--model",
-        required=True,
+        default=None,
         help='JSON: {"preset": "tiny", "overrides": {"p_drop": 0.3, ...}}',
     )
-    parser.add_argument("--train", default="{}", help="JSON of TrainConfig keys")
+    parser.add_argument("--train", default=None, help="JSON of TrainConfig keys (default {})")
     parser.add_argument("--clean-report", type=Path, default=None, help="logged as an artifact")
     parser.add_argument("--train-split", default="train")
     parser.add_argument("--valid-split", default="valid")
@@ -56,6 +65,36 @@ def parse_json(flag: str, text: str) -> dict[str, Any]:
     return value
 
 
+def experiment_settings(args: argparse.Namespace) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """``(where, model spec, train keys)`` from ``--config-file`` or from ``--model``/``--train``;
+    ``where`` names the source in error messages."""
+    if args.config_file is None:
+        if args.model is None:
+            raise ConfigError("give --config-file, or --model (and optionally --train)")
+        return (
+            "--model",
+            parse_json("--model", args.model),
+            parse_json("--train", args.train or "{}"),
+        )
+    if args.model is not None or args.train is not None:
+        raise ConfigError("--config-file replaces --model and --train: give one or the other")
+    where = f"--config-file {args.config_file}"
+    try:
+        text = args.config_file.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{where}: cannot read it ({err.strerror})") from err
+    settings = parse_json(where, text)
+    unknown = sorted(set(settings) - {"model", "train"})
+    if unknown or "model" not in settings:
+        found = ", ".join(repr(k) for k in sorted(settings)) or "none"
+        raise ConfigError(f"{where}: expected the keys 'model' and 'train', found {found}")
+    model, train = settings["model"], settings.get("train", {})
+    for key, value in (("model", model), ("train", train)):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: '{key}' must be an object, got {type(value).__name__}")
+    return f"{where}: model", model, train
+
+
 def run(args: argparse.Namespace) -> int:
     from lightning.pytorch.utilities import rank_zero_only
 
@@ -70,11 +109,12 @@ def run(args: argparse.Namespace) -> int:
         train_run,
     )
 
+    where, model_spec, train_keys = experiment_settings(args)
     try:
-        model_cfg = model_config_from_spec(parse_json("--model", args.model))
+        model_cfg = model_config_from_spec(model_spec)
     except ConfigError as err:
-        raise ConfigError(f"--model: {err}") from err
-    train_cfg = TrainConfig.from_dict(parse_json("--train", args.train))
+        raise ConfigError(f"{where}: {err}") from err
+    train_cfg = TrainConfig.from_dict(train_keys)
     check_devices_exist(train_cfg)  # before tracking: no FAILED MLflow run for a wrong machine
     vocab = load_vocab_info(args.spm_model)
     data = RunData(

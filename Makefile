@@ -1,0 +1,48 @@
+# Two commands on a fresh machine (README.md, "Quick start"):
+#   make run     # set up .venv on first use, then: snakemake --cores all $(ARGS)
+#   make test    # set up .venv on first use, then: python -m pytest -q
+# e.g. make run ARGS="--config data_mirror=../shared/data"
+# VENV picks the virtual environment (CI: VENV=.venv-ci); TORCH_INDEX an index for torch, e.g.
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu for the CPU-only build on Linux (PyPI's
+# Linux wheels carry CUDA, several GB).
+
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
+ARGS ?=
+PYTHON3 ?= python3
+
+BIN := $(abspath $(VENV))/bin
+# Snakemake's jobs call `python -m transformer_nmt`: the venv's python must come first.
+export PATH := $(BIN):$(PATH)
+
+.PHONY: install run test lint format
+.DEFAULT_GOAL := run
+
+# torch first, pinned, so that installing the package does not pull another build of it
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON3) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	snakemake --cores all $(ARGS)
+
+test: install
+	python -m pytest -q
+
+# Python (ruff), Snakemake files (snakefmt, snakemake --lint)
+lint: install
+	ruff check .
+	ruff format --check .
+	snakefmt --check Snakefile workflow/
+	snakemake --lint --cores 1
+
+format: install
+	ruff format .
+	ruff check --fix .
+	snakefmt Snakefile workflow/
