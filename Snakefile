@@ -57,6 +57,9 @@ envvars:
 
 
 # Cheap jobs run in Snakemake's own process, never submitted to a cluster (profiles/slurm).
+report: "workflow/report/workflow.rst"
+
+
 localrules:
     train_config,
     score,
@@ -82,3 +85,4 @@ rule all:
     input:
         rules.report.output.report,
         pipeline.all_scores(),
+        pipeline.all_registered_models(),

@@ -99,6 +99,23 @@ def test_every_output_exists_and_is_well_formed(pipeline: dict[str, Any]) -> Non
     ]  # fmt: skip
 
 
+def test_models_are_registered_and_the_snakemake_report_has_the_results(
+    pipeline: dict[str, Any],
+) -> None:
+    wd: Path = pipeline["workdir"]
+    for name in pipeline["config"]["experiments"]:
+        record = json.loads((wd / "results" / "runs" / name / "mlflow_model.json").read_text())
+        assert record, f"{name}: empty MLflow model record"
+    result = _snakemake(wd, pipeline["config"], "--report", str(wd / "report.zip"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    import zipfile
+
+    with zipfile.ZipFile(wd / "report.zip") as archive:
+        names = archive.namelist()
+    assert any(n.endswith("/report.md") for n in names), names[:20]
+    assert any(n.endswith("test_2016_flickr.scores.json") for n in names)
+
+
 def test_terminal_output_is_short(pipeline: dict[str, Any]) -> None:
     # the settings travel in train_config.json, not as JSON on the printed command lines
     (train,) = [ln for ln in pipeline["log"].splitlines() if "transformer_nmt train " in ln][:1]
@@ -153,11 +170,11 @@ def test_changing_a_training_value_reruns_training_and_downstream_only(
     config = copy.deepcopy(pipeline["config"])
     config["experiments"]["smoke_b"]["train"]["warmup"] = 12
     jobs = _planned_jobs(_snakemake(pipeline["workdir"], config, "-n"))
-    # smoke_b: its settings file, train, average, translate + score of its one test set; the
-    # shared report.
+    # smoke_b: its settings file, train, average, its registered MLflow model, translate +
+    # score of its one test set; the shared report.
     assert jobs == {
-        "train_config": 1, "train": 1, "average": 1, "translate": 1, "score": 1, "report": 1,
-        "all": 1, "total": 7,
+        "train_config": 1, "train": 1, "average": 1, "register": 1, "translate": 1, "score": 1,
+        "report": 1, "all": 1, "total": 8,
     }  # fmt: skip
 
 
@@ -167,7 +184,10 @@ def test_changing_a_search_value_reruns_translation_and_scoring_only(
     config = copy.deepcopy(pipeline["config"])
     config["experiments"]["smoke_a"]["translate"]["beam"] = 3
     jobs = _planned_jobs(_snakemake(pipeline["workdir"], config, "-n"))
-    assert jobs == {"translate": 2, "score": 2, "report": 1, "all": 1, "total": 6}
+    # the registered MLflow model carries the search settings too
+    assert jobs == {
+        "translate": 2, "score": 2, "register": 1, "report": 1, "all": 1, "total": 7,
+    }  # fmt: skip
 
 
 def test_changing_the_vocabulary_reruns_everything_after_cleaning(

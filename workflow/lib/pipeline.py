@@ -38,6 +38,7 @@ TRAIN_CONFIG = RUN_DIR + "/train_config.json"
 TRAIN_SUMMARY = RUN_DIR + "/train_summary.json"
 CHECKPOINT_DIR = RUN_DIR + "/checkpoints"
 AVERAGED_MODEL = RUN_DIR + "/averaged.pt"
+MLFLOW_MODEL = RUN_DIR + "/mlflow_model.json"  # the registered MLflow model's URIs
 HYPOTHESES = RUN_DIR + "/{test_set}.hyp"
 SCORES = RUN_DIR + "/{test_set}.scores.json"
 REPORT = "results/report.md"
@@ -191,12 +192,10 @@ class Pipeline:
         if last_k != "auto":
             return f"--last {last_k}"
         files = self.average_inputs(name)
-        search = self.experiment(name)["translate"]
         return (
             f"--last auto --spm-model {files['spm']} --dev-src {files['dev_src']}"
             f" --dev-ref {files['dev_ref']} --tgt-lang {self.langs(name)[1]}"
-            f" --beam {search['beam']} --alpha {search['alpha']}"
-            f" --max-len-b {search['max_len_b']} --max-tokens {search['max_tokens']}"
+            f" {self.search_flags(name)}"
         )
 
     def tracking_flags(self, name: str) -> str:
@@ -278,6 +277,17 @@ class Pipeline:
             for lang in self.langs(name)
             for template in (TOKENS, OFFSETS)
         ]
+
+    def search_flags(self, name: str) -> str:
+        """The experiment's §6.1 search settings as the stages' flags."""
+        search = self.experiment(name)["translate"]
+        return (
+            f"--beam {search['beam']} --alpha {search['alpha']}"
+            f" --max-len-b {search['max_len_b']} --max-tokens {search['max_tokens']}"
+        )
+
+    def all_registered_models(self) -> list[str]:
+        return [MLFLOW_MODEL.format(experiment=name) for name in self.experiments()]
 
     def all_scores(self) -> list[str]:
         return [

@@ -16,15 +16,35 @@ rule translate:
         "../../environment.yml"
     threads: 2
     params:
-        beam=lambda wc: pipeline.experiment(wc.experiment)["translate"]["beam"],
-        alpha=lambda wc: pipeline.experiment(wc.experiment)["translate"]["alpha"],
-        max_len_b=lambda wc: pipeline.experiment(wc.experiment)["translate"]["max_len_b"],
-        max_tokens=lambda wc: pipeline.experiment(wc.experiment)["translate"]["max_tokens"],
+        search=lambda wc: pipeline.search_flags(wc.experiment),
         tracking=lambda wc: pipeline.tracking_flags(wc.experiment),
     shell:
         "python -m transformer_nmt translate --model {input.model:q} --spm-model {input.spm:q}"
-        " --input {input.src:q} --output {output.hyp:q} --beam {params.beam}"
-        " --alpha {params.alpha} --max-len-b {params.max_len_b} --max-tokens {params.max_tokens}"
+        " --input {input.src:q} --output {output.hyp:q} {params.search}"
+        " {params.tracking} > {log:q} 2>&1"
+
+
+rule register:
+    # the averaged model as an MLflow model (pyfunc), registered under the experiment's name:
+    # mlflow models serve -m models:/<experiment>/<version> --env-manager local
+    input:
+        model=rules.average.output.model,
+        spm=lambda wc: pipeline.spm_model(wc.experiment),
+    output:
+        record=paths.MLFLOW_MODEL,
+    log:
+        "logs/register/{experiment}.log",
+    benchmark:
+        "results/benchmarks/register/{experiment}.tsv"
+    conda:
+        "../../environment.yml"
+    params:
+        run_dir=lambda wc, input: str(Path(input.model).parent),
+        search=lambda wc: pipeline.search_flags(wc.experiment),
+        tracking=lambda wc: pipeline.tracking_flags(wc.experiment),
+    shell:
+        "python -m transformer_nmt register --run-dir {params.run_dir:q}"
+        " --spm-model {input.spm:q} --out {output.record:q} {params.search}"
         " {params.tracking} > {log:q} 2>&1"
 
 
@@ -33,7 +53,13 @@ rule score:
         hyp=rules.translate.output.hyp,
         ref=lambda wc: pipeline.test_file(wc.experiment, wc.test_set, "tgt"),
     output:
-        scores=paths.SCORES,
+        scores=report(
+            paths.SCORES,
+            caption="../report/scores.rst",
+            category="Results",
+            subcategory="{experiment}",
+            labels={"experiment": "{experiment}", "test set": "{test_set}"},
+        ),
     log:
         "logs/score/{experiment}/{test_set}.log",
     benchmark:
@@ -52,7 +78,12 @@ rule report:
     input:
         pipeline.all_scores(),
     output:
-        report=paths.REPORT,
+        report=report(
+            paths.REPORT,
+            caption="../report/results.rst",
+            category="Results",
+            labels={"table": "all experiments"},
+        ),
     log:
         "logs/report.log",
     benchmark:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from transformer_nmt import tracking
 from transformer_nmt.errors import CheckpointError, ConfigError
-from transformer_nmt.search.settings import SearchSettings
+from transformer_nmt.cli.translate import add_search_arguments, search_settings
 
 AUTO = "auto"
 SELECTION_FILE = "average_selection.json"
@@ -39,11 +39,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dev-src", type=Path, help="--last auto: dev source sentences")
     parser.add_argument("--dev-ref", type=Path, help="--last auto: dev references")
     parser.add_argument("--tgt-lang", help="--last auto: target language (for scoring)")
-    defaults = SearchSettings()
-    parser.add_argument("--beam", type=int, default=defaults.beam, help="--last auto: beam size")
-    parser.add_argument("--alpha", type=float, default=defaults.alpha, help="--last auto: α")
-    parser.add_argument("--max-len-b", type=int, default=defaults.max_len_b)
-    parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
+    add_search_arguments(parser)  # --last auto: the search that scores the dev set
     tracking.add_cli_arguments(parser)
 
 
@@ -132,9 +128,7 @@ def _select_on_dev(args: argparse.Namespace, paths: list[Path], mlrun, step: int
     from transformer_nmt.io_utils import write_json
     from transformer_nmt.selection import select_average
 
-    settings = SearchSettings(
-        beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens
-    )
+    settings = search_settings(args)
     selection = select_average(
         paths, args.out, spm_model=args.spm_model, dev_src=args.dev_src, dev_ref=args.dev_ref,
         tgt_lang=args.tgt_lang, settings=settings,
