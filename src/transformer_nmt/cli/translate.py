@@ -50,19 +50,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="n-best lists as 'i ||| text ||| score' lines",
     )
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda:0")
+    parser.add_argument(
+        "--engine",
+        choices=("torch", "ctranslate2"),
+        default="torch",
+        help="torch: our beam search on a model file (default); ctranslate2: a directory "
+        "written by export-ct2 (needs pip install 'transformer_nmt[ct2]')",
+    )
     tracking.add_cli_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from transformer_nmt.progress import Progress
-    from transformer_nmt.translation import Translator, format_output
+    from transformer_nmt.translation import format_output, open_translator
 
     settings = SearchSettings(
         beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, nbest=args.nbest,
         max_tokens=args.max_tokens,
     )  # fmt: skip
     if args.input is None and args.output is None and sys.stdin.isatty():
-        translator = Translator(args.model, args.spm_model, settings, args.device)
+        translator = open_translator(args.engine, args.model, args.spm_model, settings, args.device)
         return _interactive(translator)
 
     name = Path(args.output).stem if args.output else "stdin"
@@ -72,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         args.mlflow_experiment, args.mlflow_run, f"translate.{name}", params
     ) as tracked:
         lines = read_lines(args.input) if args.input else sys.stdin.read().splitlines()
-        translator = Translator(args.model, args.spm_model, settings, args.device)
+        translator = open_translator(args.engine, args.model, args.spm_model, settings, args.device)
         log.info(
             "translating %d sentences on %s (beam %d, alpha %g, max len +%d)",
             len(lines), translator.device, settings.beam, settings.alpha, settings.max_len_b,
