@@ -92,6 +92,7 @@ def trained(ct2, spm_model: Path, tmp_path_factory: pytest.TempPathFactory) -> d
     still hold real alternatives), as a model file and exported to CTranslate2."""
     import sentencepiece as spm
 
+    threads = torch.get_num_threads()  # module fixtures run before the autouse one_thread
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("ct2_trained")
     sp = spm.SentencePieceProcessor(model_file=str(spm_model))
@@ -112,6 +113,7 @@ def trained(ct2, spm_model: Path, tmp_path_factory: pytest.TempPathFactory) -> d
         (out.loss / out.ntokens).backward()
         optimizer.step()
         scheduler.step()
+    torch.set_num_threads(threads)
     model_file = _save(root / "model.pt", model, spm_model, step=150)
     ct2.export_ct2(model_file, spm_model, root / "ct2")
     return {"model": model_file, "ct2": root / "ct2", "spm": spm_model}

@@ -152,7 +152,8 @@ def build_spec(model, pieces: Sequence[str], max_positions: int = DEFAULT_MAX_PO
         _attention(layer_spec.self_attention, layer.self_attn, layer.res_attn, self_attention=True)
         _ffn(layer_spec.ffn, layer.ffn, layer.res_ffn)
 
-    decoder.embeddings.weight = _array(model._target_embedding().weight)
+    target = model.src_embed if model.tgt_embed is None else model.tgt_embed
+    decoder.embeddings.weight = _array(target.weight)
     decoder.scale_embeddings = True
     decoder.position_encodings.encodings = _positions(model.tgt_pos, max_positions)
     out = model.src_embed if model.out_proj is None else model.out_proj
@@ -242,9 +243,17 @@ def read_meta(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
             f"{model_dir}: not a CTranslate2 model directory written by export-ct2 "
             f"(no {META_FILE}); export one with: python -m transformer_nmt export-ct2"
         )
-    meta = json.loads(path.read_text(encoding="utf-8"))
-    if meta.get("format") != META_FORMAT or not isinstance(meta.get("vocab"), Mapping):
-        raise CheckpointError(f"{path}: unknown format {meta.get('format')!r} ({META_FORMAT})")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: unreadable ({err})") from err
+    if (
+        not isinstance(meta, dict)
+        or meta.get("format") != META_FORMAT
+        or not isinstance(meta.get("vocab"), Mapping)
+    ):
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise CheckpointError(f"{path}: unknown format {found!r} (expected {META_FORMAT})")
     return meta
 
 

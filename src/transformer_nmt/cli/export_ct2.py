@@ -10,7 +10,16 @@ import logging
 
 log = logging.getLogger(__name__)
 
-QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int16", "float16", "bfloat16")
+# CTranslate2's weight types (ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES) but float32.
+QUANTIZATIONS = (
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "int16",
+    "float16",
+    "bfloat16",
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
