@@ -211,3 +211,28 @@ def format_output(
         else:
             for text, score in hyps:
                 yield f"{i} ||| {text.replace(chr(10), ' ')} ||| {score:.6f}"
+
+
+ENGINES = ("torch", "ctranslate2")
+
+
+def open_translator(
+    engine: str,
+    model_path: str | Path,
+    spm_model_path: str | Path,
+    settings: SearchSettings,
+    device: str = "auto",
+):
+    """A ``Translator`` (engine ``torch``, a model file) or a ``ct2.Ct2Translator`` (engine
+    ``ctranslate2``, a directory written by ``export-ct2``): the same ``translate`` interface."""
+    if engine == "ctranslate2":
+        from transformer_nmt.ct2 import Ct2Translator
+
+        return Ct2Translator(model_path, spm_model_path, settings, device)
+    if engine != "torch":
+        raise ConfigError(f"--engine must be one of {list(ENGINES)}, got {engine!r}")
+    if Path(model_path).is_dir():
+        raise CheckpointError(
+            f"{model_path}: a directory, not a model file (--engine ctranslate2?)"
+        )
+    return Translator(model_path, spm_model_path, settings, device)

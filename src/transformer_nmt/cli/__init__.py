@@ -25,6 +25,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "train": ("train", "train a Transformer with PyTorch Lightning (resumes from checkpoints)"),
     "average": ("average", "average the last K checkpoints into one model file"),
     "translate": ("translate", "beam-search translate a file (or stdin) with a trained model"),
+    "export-ct2": ("export_ct2", "convert a model file into a CTranslate2 model directory"),
     "score": ("score", "score hypotheses against references with sacreBLEU"),
     "report": ("report", "aggregate every experiment's scores into a report"),
     "register": ("register", "log a trained experiment as an MLflow model and register it"),

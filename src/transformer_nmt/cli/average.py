@@ -13,8 +13,8 @@ import logging
 from pathlib import Path
 
 from transformer_nmt import tracking
-from transformer_nmt.errors import CheckpointError, ConfigError
 from transformer_nmt.cli.translate import add_search_arguments, search_settings
+from transformer_nmt.errors import CheckpointError, ConfigError
 
 AUTO = "auto"
 SELECTION_FILE = "average_selection.json"

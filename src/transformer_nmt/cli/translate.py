@@ -86,18 +86,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
         f"pauses, so piped input is translated as it arrives ({STDIN_BATCH})",
     )
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda:0")
+    parser.add_argument(
+        "--engine",
+        choices=("torch", "ctranslate2"),
+        default="torch",
+        help="torch: our beam search on a model file (default); ctranslate2: a directory "
+        "written by export-ct2 (needs pip install 'transformer_nmt[ct2]')",
+    )
     tracking.add_cli_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from transformer_nmt.progress import Progress
-    from transformer_nmt.translation import Translator
+    from transformer_nmt.translation import open_translator
 
     settings = search_settings(args)
     if args.stdin_batch < 1:
         raise ConfigError(f"--stdin-batch must be >= 1, got {args.stdin_batch}")
     if args.input is None and args.output is None and sys.stdin.isatty():
-        translator = Translator(args.model, args.spm_model, settings, args.device)
+        translator = open_translator(args.engine, args.model, args.spm_model, settings, args.device)
         print("Type a sentence per line (Ctrl-D to end).", file=sys.stderr)
         _translate_stream(translator, _stdin_batches(args), sys.stdout, progress=None)
         return 0
@@ -109,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         args.mlflow_experiment, args.mlflow_run, f"translate.{name}", params
     ) as tracked:
         lines = read_lines(args.input) if args.input else None
-        translator = Translator(args.model, args.spm_model, settings, args.device)
+        translator = open_translator(args.engine, args.model, args.spm_model, settings, args.device)
         log.info(
             "translating %s on %s (beam %d, alpha %g, max len +%d)",
             f"{len(lines)} sentences" if lines is not None else "stdin as it arrives",

@@ -1,0 +1,158 @@
+"""Decoding speed of our beam search (``translation.Translator``) against CTranslate2
+(``ct2.Ct2Translator``) on the same weights, the same sentences and the same search settings.
+
+Either a trained model (``--model averaged.pt --spm-model spm.model --source test.en``, e.g. a
+pipeline run's ``results/runs/E/averaged.pt``, ``results/spm/D/P/spm.model`` and
+``results/data/D/P/test_2016_flickr.en``; a Lightning checkpoint works too) or, without
+``--model``, a synthetic set: random ``--preset`` weights with a SentencePiece model trained on
+random word sequences. Random weights rarely emit EOS, so every output runs to its length cap
+(``max_len_b`` tokens beyond the source): a heavy, but the same, workload for both engines.
+
+The model is exported with ``ct2.export_ct2`` (float32, no quantization) into a temporary
+directory. For each intra-op thread count (``--threads 1 2``: torch.set_num_threads and
+CTranslate2's ``intra_threads``), each engine translates the sentences ``--runs`` times (after
+one warm-up run); the median wall time gives sentences/s, and the ratio CTranslate2 / torch.
+Both engines batch by ``--max-tokens`` the same way. The share of identical outputs is reported
+too (the length penalties differ: docs in ``transformer_nmt.ct2``).
+
+Usage: ``python benchmarks/bench_ct2_decoding.py [--model M --spm-model S --source F]
+[--sentences 200] [--runs 3] [--threads 1 2] [--beam 4]``; prints a table and writes
+``benchmarks/out/ct2_decoding.json`` (with the load average, to judge a loaded machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from transformer_nmt.checkpoints import save_model_file
+from transformer_nmt.ct2 import Ct2Translator, export_ct2, import_ctranslate2
+from transformer_nmt.io_utils import read_lines, write_json
+from transformer_nmt.search import SearchSettings
+from transformer_nmt.translation import Translator
+
+OUT = Path(__file__).resolve().parent / "out" / "ct2_decoding.json"
+
+
+def synthetic(root: Path, preset: str, sentences: int) -> tuple[Path, Path, list[str]]:
+    """A SentencePiece model on random words, random ``preset`` weights, random sentences."""
+    from transformer_nmt.data.spm import train_spm
+    from transformer_nmt.data.vocab import PAD_ID, load_vocab_info
+    from transformer_nmt.model.config import get_preset
+    from transformer_nmt.model.transformer import Transformer
+
+    rng = random.Random(0)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["".join(rng.choices(letters, k=rng.randint(2, 9))) for _ in range(2000)]
+    lines = [" ".join(rng.choices(words, k=rng.randint(4, 20))) for _ in range(4000)]
+    (root / "corpus.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    train_spm([root / "corpus.txt"], root / "spm", vocab_size=2000, sample_sentences=4000, seed=1)
+    vocab = load_vocab_info(root / "spm.model")
+    torch.manual_seed(0)
+    cfg = get_preset(preset)
+    model = Transformer(cfg, vocab_size=vocab.size, pad_id=PAD_ID)
+    save_model_file(
+        root / "model.pt", model_config=cfg.to_dict(), state_dict=model.state_dict(),
+        vocab=vocab.to_dict(), step=0, source_checkpoints=[],
+    )  # fmt: skip
+    return root / "model.pt", root / "spm.model", lines[:sentences]
+
+
+def timed(translator, lines: list[str], runs: int) -> tuple[float, list[str]]:
+    """Median seconds of ``runs`` translations of ``lines`` (after a warm-up) and the output."""
+    out = translator.translate(lines)  # warm-up
+    seconds = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        translator.translate(lines)
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds), out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, help="model file (default: synthetic)")
+    parser.add_argument("--spm-model", type=Path, help="with --model: its SentencePiece model")
+    parser.add_argument("--source", type=Path, help="with --model: source sentences")
+    parser.add_argument("--preset", default="tiny", help="synthetic weights (tiny)")
+    parser.add_argument("--sentences", type=int, default=200, help="first N sentences (200)")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per engine (median)")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    defaults = SearchSettings()
+    parser.add_argument("--beam", type=int, default=defaults.beam)
+    parser.add_argument("--alpha", type=float, default=defaults.alpha)
+    parser.add_argument("--max-len-b", type=int, default=defaults.max_len_b)
+    parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    if args.model is not None and (args.spm_model is None or args.source is None):
+        parser.error("--model needs --spm-model and --source")
+    ctranslate2 = import_ctranslate2()
+    settings = SearchSettings(
+        beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens
+    )
+
+    with tempfile.TemporaryDirectory(prefix="bench_ct2_") as tmp:
+        root = Path(tmp)
+        if args.model is None:
+            model, spm_model, lines = synthetic(root, args.preset, args.sentences)
+        else:
+            model, spm_model = args.model, args.spm_model
+            lines = [line for line in read_lines(args.source) if line.strip()][: args.sentences]
+        export_ct2(model, spm_model, root / "ct2")
+        ours = Translator(model, spm_model, settings, device="cpu")
+        rows = []
+        header = f"{'threads':>7} {'torch sent/s':>13} {'ct2 sent/s':>11} {'ratio':>6} {'same':>5}"
+        print(header)
+        print("-" * len(header))
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            theirs = Ct2Translator(root / "ct2", spm_model, settings, "cpu", threads=threads)
+            t_torch, out_torch = timed(ours, lines, args.runs)
+            t_ct2, out_ct2 = timed(theirs, lines, args.runs)
+            same = sum(a == b for a, b in zip(out_torch, out_ct2, strict=True)) / len(lines)
+            row = {
+                "threads": threads,
+                "torch_seconds": t_torch,
+                "ct2_seconds": t_ct2,
+                "torch_sentences_per_s": len(lines) / t_torch,
+                "ct2_sentences_per_s": len(lines) / t_ct2,
+                "ct2_speedup": t_torch / t_ct2,
+                "identical_outputs": same,
+            }
+            rows.append(row)
+            print(
+                f"{threads:>7} {row['torch_sentences_per_s']:>13.1f} "
+                f"{row['ct2_sentences_per_s']:>11.1f} {row['ct2_speedup']:>5.2f}x {same:>5.0%}",
+                flush=True,
+            )
+
+    payload = {
+        "benchmark": "ct2_decoding",
+        "model": str(args.model) if args.model else f"synthetic random {args.preset}",
+        "source": str(args.source) if args.source else "synthetic",
+        "sentences": len(lines),
+        "settings": {"beam": args.beam, "alpha": args.alpha, "max_len_b": args.max_len_b,
+                     "max_tokens": args.max_tokens},
+        "runs": args.runs,
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "loadavg": os.getloadavg(),
+        "torch": torch.__version__,
+        "ctranslate2": ctranslate2.__version__,
+        "results": rows,
+    }  # fmt: skip
+    write_json(args.out, payload)
+    print(f"\nload average {os.getloadavg()}; wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
