@@ -50,7 +50,7 @@ def _shell_commands(output: str, stage: str) -> list[str]:
 def test_every_paper_recipe_is_present() -> None:
     assert {p.stem for p in RECIPES} == {
         "wmt14_en_de_base", "wmt14_en_de_big", "wmt14_en_fr_base", "wmt14_en_fr_big",
-        "multi30k_en_de_base", "multi30k_en_fr_base",
+        "multi30k_en_de_base", "multi30k_en_fr_base", "multi30k_en_de_cpu",
     }  # fmt: skip
 
 
