@@ -17,6 +17,7 @@ from transformer_nmt.cli import main
 from transformer_nmt.data.download import LOCK_NAME, download_dataset
 from transformer_nmt.data.registry import get_dataset, load_registry
 from transformer_nmt.errors import ConfigError, DataError
+from transformer_nmt.io_utils import sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 PAYLOAD = b"ein Satz\nnoch ein Satz\n"
@@ -95,7 +96,8 @@ def test_mirror_download_verifies_sha256(tmp_path):
     out = tmp_path / "out"
     assert download_dataset(ds, out, mirror=_mirror(tmp_path)) == {"a.txt": SHA}
     assert (out / "a.txt").read_bytes() == PAYLOAD
-    assert not (out / LOCK_NAME).exists()  # sums known in advance need no lock
+    # sums known in advance pin nothing (the lock is still written: a pipeline output)
+    assert json.loads((out / LOCK_NAME).read_text()) == {}
 
 
 def test_checksum_mismatch_leaves_nothing(tmp_path):
@@ -138,12 +140,38 @@ def test_lock_file_records_first_download_and_guards_later_ones(tmp_path):
     changed = tmp_path / "changed"
     (changed / "toy").mkdir(parents=True)
     (changed / "toy" / "a.txt").write_bytes(b"other bytes\n")
-    with pytest.raises(DataError, match=rf"changed/toy/a\.txt: sha256 .* expected {SHA}"):
+    with pytest.raises(
+        DataError,
+        match=rf"changed/toy/a\.txt: sha256 .* expected {SHA}; the expected sha256 was pinned "
+        rf"by the first download in .*out/{LOCK_NAME}; .*snakemake --forcerun download_toy",
+    ):
         download_dataset(ds, out, mirror=changed)
     assert (out / "a.txt").read_bytes() == b"tampered"  # untouched; no temp files
     assert sorted(p.name for p in out.iterdir()) == ["a.txt", LOCK_NAME]
     download_dataset(ds, out, mirror=mirror)  # the right bytes repair it
     assert (out / "a.txt").read_bytes() == PAYLOAD
+
+
+def test_a_truncated_first_download_is_never_pinned(tmp_path):
+    import gzip
+
+    good = gzip.compress(b"line one\nline two\n" * 2000)
+    files = {
+        "a.txt": {"url": "http://x.invalid/a", "sha256": SHA},
+        "a.gz": {"url": "http://x.invalid/a.gz", "sha256": None},
+    }
+    ds = get_dataset(_registry(tmp_path, files), "toy")
+    mirror = _mirror(tmp_path)
+    (mirror / "toy" / "a.gz").write_bytes(good[: len(good) // 2])  # cut short
+    out = tmp_path / "out"
+    with pytest.raises(DataError, match=r"a\.gz: the download is not a complete \.gz archive"):
+        download_dataset(ds, out, mirror=mirror)
+    assert not (out / "a.gz").exists()
+    assert not (out / LOCK_NAME).exists() or json.loads((out / LOCK_NAME).read_text()) == {}
+    (mirror / "toy" / "a.gz").write_bytes(good)  # a good source: downloads and pins
+    download_dataset(ds, out, mirror=mirror)
+    assert json.loads((out / LOCK_NAME).read_text()) == {"a.gz": sha256_file(out / "a.gz")}
+    assert gzip.decompress((out / "a.gz").read_bytes()) == gzip.decompress(good)
 
 
 def test_cli_takes_mirror_from_environment(tmp_path, monkeypatch, capsys):

@@ -24,6 +24,7 @@ from transformer_nmt.io_utils import write_json
 
 # --- output path templates (Snakemake wildcards in braces) ------------------------------------
 RAW_DIR = "resources/{dataset}"
+CHECKSUM_LOCK = RAW_DIR + "/checksums.lock.json"  # sha256 pinned by the first download
 TEXT_DIR = "results/data/{dataset}/{pair}"
 TEXT_FILE = TEXT_DIR + "/{split}.{lang}"
 CLEAN_REPORT = TEXT_DIR + "/clean_report.json"

@@ -12,6 +12,8 @@ for _dataset in pipeline.datasets():
             f"download_{_dataset}"
         output:
             pipeline.raw_files(_dataset),
+            # an output, so that --forcerun download_<dataset> pins the checksums afresh
+            lock=paths.CHECKSUM_LOCK.format(dataset=_dataset),
         log:
             f"logs/download/{_dataset}.log",
         benchmark:
@@ -37,6 +39,7 @@ for _dataset, _pair in pipeline.data_pairs():
             f"prepare_{_dataset}_{_pair.replace('-', '_')}"
         input:
             pipeline.raw_files(_dataset),
+            lock=paths.CHECKSUM_LOCK.format(dataset=_dataset),
         output:
             pipeline.text_files(_dataset, _pair),
             report=paths.CLEAN_REPORT.format(dataset=_dataset, pair=_pair),

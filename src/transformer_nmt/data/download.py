@@ -11,14 +11,17 @@ verified download in ``<out_dir>/checksums.lock.json``; every later use verifies
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import http.client
 import json
 import logging
 import os
+import tarfile
 import time
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -63,6 +66,37 @@ def expected_sha256(spec: FileSpec, lock: dict[str, str], out_dir: Path) -> str 
     return spec.sha256 or locked
 
 
+def check_structure(path: Path, name: str, source: str) -> None:
+    """Read a compressed archive to its end before its checksum is pinned: a truncated or
+    corrupt first download must fail here, not become the reference for every later one."""
+    try:
+        if name.endswith((".tgz", ".tar.gz", ".tar", ".tar.bz2", ".tar.xz")):
+            with tarfile.open(path) as archive:
+                for member in archive:
+                    if member.isfile():
+                        handle = archive.extractfile(member)
+                        while handle is not None and handle.read(_CHUNK):
+                            pass
+        elif name.endswith(".gz"):
+            with gzip.open(path, "rb") as handle:
+                while handle.read(_CHUNK):
+                    pass
+    except (OSError, EOFError, tarfile.TarError, zlib.error) as err:
+        raise DataError(
+            f"{source}: the download is not a complete {Path(name).suffix} archive "
+            f"({type(err).__name__}: {err}); nothing was pinned, run the download again"
+        ) from err
+
+
+def lock_hint(out_dir: Path, dataset: str) -> str:
+    """How to re-pin a checksum that the first download recorded."""
+    return (
+        f"the expected sha256 was pinned by the first download in {out_dir / LOCK_NAME}; if "
+        f"that download was bad, fetch and pin again with `snakemake --forcerun "
+        f"download_{dataset}` (or delete the file's entry from the lock file)"
+    )
+
+
 def _copy_hashing(src: BinaryIO, dst: BinaryIO, total: int | None, label: str) -> str:
     digest = hashlib.sha256()
     # a bar on a terminal; in a log file a line every 10% (every 64 MB of an unknown size)
@@ -88,7 +122,12 @@ def _fetch_url_once(url: str, tmp: Path, timeout: float) -> str:
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response, open(tmp, "wb") as dst:
             length = response.headers.get("Content-Length")
-            return _copy_hashing(response, dst, int(length) if length else None, Path(url).name)
+            total = int(length) if length else None
+            digest = _copy_hashing(response, dst, total, Path(url).name)
+            received = dst.tell()
+        if total is not None and received != total:  # a cut connection: retry, never pin it
+            raise _Transient(f"received {received} of the {total} bytes the server announced")
+        return digest
     except urllib.error.HTTPError as err:
         if err.code >= 500 or err.code == 429:
             raise _Transient(f"HTTP {err.code} {err.reason}") from err
@@ -132,8 +171,13 @@ def download_file(
     timeout: float = 60.0,
     retries: int = 4,
     backoff: float = 2.0,
+    pinned_by_lock: bool = False,
 ) -> str:
-    """Fetch one file into ``out_dir`` unless a verified copy is there; returns its sha256."""
+    """Fetch one file into ``out_dir`` unless a verified copy is there; returns its sha256.
+
+    ``expected`` None: the file is about to be pinned, so it is first read to its end as an
+    archive (``check_structure``). ``pinned_by_lock``: ``expected`` came from the lock file
+    (errors then say how to re-pin)."""
     target = out_dir / spec.name
     if target.is_file() and expected is not None:
         if sha256_file(target) == expected:
@@ -147,7 +191,12 @@ def download_file(
         else:
             actual = _fetch_url(spec.url, tmp, timeout=timeout, retries=retries, backoff=backoff)
         if expected is not None and actual != expected:
-            raise DataError(f"{source}: sha256 {actual} does not match the expected {expected}")
+            hint = f"; {lock_hint(out_dir, dataset)}" if pinned_by_lock else ""
+            raise DataError(
+                f"{source}: sha256 {actual} does not match the expected {expected}{hint}"
+            )
+        if expected is None:
+            check_structure(tmp, spec.name, source)  # about to be pinned: it must be whole
     log.info("%s <- %s (sha256 %s)", target, source, actual)
     return actual
 
@@ -185,10 +234,13 @@ def download_dataset(
             timeout=timeout,
             retries=retries,
             backoff=backoff,
+            pinned_by_lock=spec.sha256 is None and spec.name in lock,
         )
         if spec.sha256 is None and spec.name not in lock:
             lock[spec.name] = sums[spec.name]  # first verified download: record it
-            write_json(out_dir / LOCK_NAME, lock)
+    # Always written (also empty): the pipeline declares it an output of the download job, so
+    # `snakemake --forcerun download_<dataset>` deletes it and pins afresh.
+    write_json(out_dir / LOCK_NAME, lock)
     return sums
 
 
@@ -205,4 +257,5 @@ def verify_files(dataset: Dataset, raw_dir: str | Path, names: set[str]) -> None
         if expected is None:
             raise DataError(f"{path}: no sha256 in the registry nor in {raw_dir / LOCK_NAME}")
         if sha256_file(path) != expected:
-            raise DataError(f"{path}: sha256 does not match the expected {expected}")
+            hint = f"; {lock_hint(raw_dir, dataset.name)}" if spec.sha256 is None else ""
+            raise DataError(f"{path}: sha256 does not match the expected {expected}{hint}")
