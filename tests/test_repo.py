@@ -53,3 +53,13 @@ def test_license_file_matches_pyproject() -> None:
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert pyproject["project"]["license"] == "MIT"
     assert (REPO_ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License\n")
+
+
+def test_config_readme_explains_every_key_of_the_schema() -> None:
+    schema = yaml.safe_load((REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    doc = (REPO_ROOT / "config" / "README.md").read_text(encoding="utf-8")
+    keys = set(schema["properties"])
+    for name in ("train", "experiment", "model_overrides", "data_pair"):
+        keys |= set(schema["$defs"][name]["properties"])
+    missing = sorted(k for k in keys if f"`{k}`" not in doc)
+    assert not missing, f"config/README.md does not explain {missing}"
