@@ -441,7 +441,7 @@ def test_checkpoints_load_weights_only_with_plain_hparams(
 
 
 def test_time_based_checkpoints_keep_the_newest_and_validation_bleu(
-    corpus: dict[str, Path], tmp_path: Path
+    corpus: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     run = tmp_path / "run"
     argv = train_argv(
@@ -455,7 +455,11 @@ def test_time_based_checkpoints_keep_the_newest_and_validation_bleu(
         val_bleu_sentences=8,
         val_beam_bleu_every_steps=4,
     )
+    caplog.set_level(logging.INFO, logger="transformer_nmt.training.callbacks")
     assert main(argv) == 0
+    validations = [r.getMessage() for r in caplog.records if "validation at step" in r.getMessage()]
+    assert "beam bleu" not in validations[0] and "greedy bleu" in validations[0]  # step 2
+    assert "beam bleu" in validations[1]  # step 4: measured there
     names = [p.name for p in list_checkpoints(run / "checkpoints")]
     assert names == ["step=00000003.ckpt", "step=00000004.ckpt"]
     metrics = json.loads((run / "train_summary.json").read_text())["metrics"]

@@ -236,9 +236,11 @@ class LogLines(Callback):
         for key, fmt in (
             ("val/loss", "loss {:.4f}"),
             ("val/ppl", "ppl {:.2f}"),
-            ("val/bleu", "bleu {:.2f}"),
+            ("val/bleu", "greedy bleu {:.2f}"),
+            ("val/bleu_beam", "beam bleu {:.2f}"),
         ):
-            if key in m:
+            # the BLEUs only when this validation measured them (not a stale value)
+            if key in m and (not key.startswith("val/bleu") or key in pl_module.measured_now):
                 parts.append(fmt.format(float(m[key])))
         log.info("validation at step %d: %s", trainer.global_step, "  ".join(parts))
 

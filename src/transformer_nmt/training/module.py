@@ -60,6 +60,7 @@ class TranslationModule(L.LightningModule):
         self.eps_ls = self.cfg.eps_ls
         self._check_grad_finite = True
         self._update_sums: torch.Tensor | None = None  # this update's sums (training_step)
+        self.measured_now: set[str] = set()  # metric names of the newest validation
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[LEARNING_KEY] = {
@@ -170,6 +171,7 @@ class TranslationModule(L.LightningModule):
             # the real search (§6.1: beam 4, α = 0.6) on the whole dev set: what the average
             # stage chooses on, as a curve
             metrics["val/bleu_beam"] = self._from_rank_zero(lambda: self._dev_bleu(None, beam=True))
+        self.measured_now = set(metrics)  # what this validation measured (log lines)
         for key, value in metrics.items():
             self.log(key, value, on_epoch=True, prog_bar=key == "val/loss", sync_dist=False)
 
