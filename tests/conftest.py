@@ -28,6 +28,15 @@ def shared_mirror() -> Path:
     return mirror
 
 
+@pytest.fixture
+def one_torch_thread():
+    """Tiny models on a shared 2-core machine: more threads only spin against each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():
         return

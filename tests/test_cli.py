@@ -71,6 +71,13 @@ def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
     assert result.stdout.strip() == ""
 
 
+def _fresh_python(code: str) -> str:
+    """Run ``code`` in a new interpreter (nothing imported yet); its stdout."""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
 def test_inference_does_not_import_training_code() -> None:
     """translate needs no Lightning, sacreBLEU or sacremoses (nor any training module)."""
     code = (
@@ -79,6 +86,14 @@ def test_inference_does_not_import_training_code() -> None:
         "print([m for m in sys.modules if m.split('.')[0] in heavy"
         " or m.startswith('transformer_nmt.training')])\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert _fresh_python(code) == "[]"
+
+
+def test_package_import_stays_light() -> None:
+    code = (
+        "import sys, transformer_nmt\n"
+        "assert 'torch' not in sys.modules, 'import transformer_nmt pulled in torch'\n"
+        "from transformer_nmt import Translator\n"
+        "print(Translator.__module__)\n"
+    )
+    assert _fresh_python(code) == "transformer_nmt.translation"

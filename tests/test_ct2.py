@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -50,13 +49,8 @@ def _pairs(n: int, seed: int) -> list[tuple[str, str]]:
     return out
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models on a shared 2-core machine: more threads only spin against each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Tiny models: one torch thread (conftest.one_torch_thread) for every test here.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

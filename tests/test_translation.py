@@ -8,7 +8,6 @@ import os
 import random
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -40,13 +39,8 @@ def _sentences(n: int, seed: int) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12))) for _ in range(n)]
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models on a shared 2-core machine: more threads only spin against each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Tiny models: one torch thread (conftest.one_torch_thread) for every test here.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -340,15 +334,3 @@ def test_python_api_from_run_errors_name_the_file(assets: dict[str, Path], tmp_p
     (run_dir / "averaged.pt").unlink()
     with pytest.raises(CheckpointError, match="averaged.pt: not found"):
         Translator.from_run(run_dir, spm_model=assets["spm"])
-
-
-def test_package_import_stays_light() -> None:
-    code = (
-        "import sys, transformer_nmt\n"
-        "assert 'torch' not in sys.modules, 'import transformer_nmt pulled in torch'\n"
-        "from transformer_nmt import Translator\n"
-        "print(Translator.__module__)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "transformer_nmt.translation"
