@@ -3,7 +3,6 @@ reverse random token sequences, and greedy and beam search read the answers back
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from transformer_nmt.model import Transformer, apply_overrides, get_preset
@@ -38,16 +37,7 @@ def reverse_task(g: torch.Generator, n: int, lo: int = 3, hi: int = 8):
     return src, tgt_in, tgt_out, refs
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny matrices: one intra-op thread is as fast and does not spin against other work."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def test_small_transformer_learns_to_reverse_sequences(one_thread):
+def test_small_transformer_learns_to_reverse_sequences(one_torch_thread):
     torch.manual_seed(0)
     cfg = apply_overrides(
         get_preset("tiny"),

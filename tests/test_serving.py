@@ -16,12 +16,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.test_translation import _results_layout, assets, one_thread  # noqa: F401 (fixtures)
+from tests.test_translation import _results_layout, assets  # noqa: F401 (fixtures)
 from transformer_nmt.cli import main
 from transformer_nmt.errors import DataError
 from transformer_nmt.search import SearchSettings
 from transformer_nmt.serving import source_sentences
 from transformer_nmt.translation import Translator
+
+# Tiny models: one torch thread (conftest.one_torch_thread) for every test here.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 SOURCES = ["ein mann läuft", "", "im park"]
 SEARCH = ["--beam", "2", "--max-len-b", "5"]
