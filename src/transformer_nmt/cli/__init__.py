@@ -22,6 +22,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "prepare": ("prepare", "extract, read and clean a language pair's corpora into text splits"),
     "spm-train": ("spm_train", "train the joint SentencePiece model of a language pair"),
     "encode": ("encode", "encode text splits into memory-mappable token-id arrays"),
+    "plan": ("plan", "pre-flight: batch, accumulation, peak memory and hours of a config's runs"),
     "train": ("train", "train a Transformer with PyTorch Lightning (resumes from checkpoints)"),
     "average": ("average", "average the last K checkpoints into one model file"),
     "translate": ("translate", "beam-search translate a file (or stdin) with a trained model"),

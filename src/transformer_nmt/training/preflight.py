@@ -121,8 +121,12 @@ def count_parameters_of(model_cfg: ModelConfig, vocab_size: int) -> int:
     """Distinct parameters of the model (built on the meta device: no memory)."""
     from transformer_nmt.model.transformer import Transformer, count_parameters
 
+    class Shapes(Transformer):
+        def reset_parameters(self) -> None:
+            """Shapes only: the §3.4 normal init on the meta device costs seconds of imports."""
+
     with torch.device("meta"):
-        model = Transformer(model_cfg, vocab_size=vocab_size)
+        model = Shapes(model_cfg, vocab_size=vocab_size)
     return count_parameters(model)
 
 
@@ -218,8 +222,10 @@ def measure_peak_bytes(
 
     if device.type != "cuda":
         raise ValueError(f"measure_peak_bytes needs a CUDA device, got {device}")
-    autocast_dtype = {"bf16": torch.bfloat16, "16": torch.float16}.get(precision.split("-")[0])
-    mixed = precision.endswith("-mixed") and autocast_dtype is not None
+    dtype = {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64}.get(
+        precision.split("-")[0], torch.float32
+    )
+    mixed = precision.endswith("-mixed") and dtype in (torch.bfloat16, torch.float16)
     generator = torch.Generator(device="cpu").manual_seed(0)
     model = optimizer = None
     torch.cuda.synchronize(device)
@@ -227,6 +233,8 @@ def measure_peak_bytes(
     torch.cuda.reset_peak_memory_stats(device)
     try:
         model = Transformer(model_cfg, vocab_size=vocab_size).to(device).train()
+        if not mixed:  # "-true" precisions train the model in that dtype (Lightning's)
+            model = model.to(dtype)
         optimizer = build_optimizer(model.parameters())
         # ids >= 4 avoid the special ids: no padding, every row full width
         src, tgt_in, tgt_out = (
@@ -235,7 +243,7 @@ def measure_peak_bytes(
         )
 
         def step() -> None:
-            with torch.autocast("cuda", dtype=autocast_dtype or torch.float32, enabled=mixed):
+            with torch.autocast("cuda", dtype=dtype, enabled=mixed):
                 logits = model(src, tgt_in)  # [B, W, V]
             loss = label_smoothed_cross_entropy(logits, tgt_out, eps=model_cfg.eps_ls).loss
             del logits

@@ -35,8 +35,14 @@ from transformer_nmt.training.callbacks import (
     TrainingStopped,
     read_last_validation,
 )
-from transformer_nmt.training.config import TrainConfig, resolve
+from transformer_nmt.training.config import (
+    TrainConfig,
+    resolve,
+    resolve_accelerator,
+    resolve_precision,
+)
 from transformer_nmt.training.module import NonFiniteLossError, TranslationModule
+from transformer_nmt.training.preflight import GIB, check_fits
 from transformer_nmt.training.resume import (
     ResumableTranslationDataModule,
     ResumePoint,
@@ -111,18 +117,32 @@ def plan_start(
     """Where the run in ``run_dir`` starts (``resume.start_point``); on rank 0 the checkpoints
     of a run with other settings move aside and a killed writer's temporary files are removed
     (rank 0 holds ``run_dir_lock``). Decide this before opening tracking: a run that starts
-    over gets a fresh MLflow run."""
+    over gets a fresh MLflow run.
+
+    A run with steps to go first passes the pre-flight check of ``plan``
+    (``preflight.check_fits``): its worst-case batch must fit the device (measured on a GPU,
+    estimated against the available RAM on a CPU), else a one-line ConfigError naming
+    ``train.max_tokens``, before any step and any MLflow run."""
     if rank_zero_only.rank == 0:
         for directory in (run_dir, run_dir / CHECKPOINT_DIR):
             for stale in remove_stale_temps(directory):
                 log.warning("removed %s, left by a writer that was killed", stale)
-    return start_point(
+    point = start_point(
         run_dir / CHECKPOINT_DIR,
         model_config=model_cfg.to_dict(),
         vocab_sha256=vocab.sha256,
         train_cfg=train_cfg,
         move_aside=rank_zero_only.rank == 0,
     )
+    if point.step < train_cfg.max_steps:
+        accelerator, precision = resolve_accelerator(train_cfg), resolve_precision(train_cfg)
+        fit = check_fits(model_cfg, train_cfg, vocab.size, accelerator, precision)
+        log.info(
+            "pre-flight: the worst-case batch %d x %d needs %.2f GiB (%s) of %.1f GiB usable",
+            fit.batch, fit.width, fit.peak_bytes / GIB, fit.peak_source,
+            (fit.usable_bytes or 0) / GIB,
+        )  # fmt: skip
+    return point
 
 
 def train_run(

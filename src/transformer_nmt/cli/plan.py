@@ -1,0 +1,241 @@
+"""``plan``: a pre-flight table of a config's experiments before a long run.
+
+    python -m transformer_nmt plan --configfile config/experiments/wmt14_en_de_base.yaml \\
+        --gpus 8 --gpu-kind h100
+
+For each experiment: model and parameters, tokens per batch and per update, the gradient
+accumulation on the given GPUs, the worst-case batch and its peak memory per device (measured
+on a local CUDA device, else estimated: ``training/preflight.py``), expected steps/hour and the
+hours and GPU-hours to ``max_steps``. A worst-case batch that does not fit is refused with one
+line naming the experiment's ``max_tokens``. Offline and data-free: the vocabulary size comes
+from the config's ``data:`` settings.
+
+The config is read and checked exactly as the Snakefile does (its JSON schema with
+``snakemake.utils.validate``, then ``workflow/lib/pipeline.py``'s ``Pipeline``), so ``plan``
+runs from a checkout of the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+import yaml
+
+from transformer_nmt.errors import ConfigError
+from transformer_nmt.training import preflight as pf
+
+REPO = Path(__file__).resolve().parents[3]
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+PIPELINE = REPO / "workflow" / "lib" / "pipeline.py"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--configfile", type=Path, required=True, help="a config (as for snakemake --configfile)"
+    )
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="GPUs per node for GPU experiments (default: train.devices, 1 for 'auto')",
+    )
+    parser.add_argument(
+        "--gpu-kind",
+        default=None,
+        help=f"GPU model ({', '.join(pf.GPU_KINDS)}); default: the local GPU, else h100",
+    )
+    parser.add_argument(
+        "--estimate-only",
+        action="store_true",
+        help="never measure on a local GPU (the analytic estimate only: fast)",
+    )
+    parser.add_argument(
+        "--tokens-per-s",
+        type=float,
+        default=None,
+        help="assume this training speed (target tokens/s per device) instead of the recorded",
+    )
+
+
+def _pipeline_module() -> ModuleType:
+    if not PIPELINE.is_file() or not SCHEMA.is_file():
+        raise ConfigError(
+            f"plan reads configs as the Snakefile does and needs a checkout of the repository "
+            f"({PIPELINE} not found)"
+        )
+    spec = importlib.util.spec_from_file_location("pipeline", PIPELINE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_pipeline(configfile: Path) -> Any:
+    """The config's ``Pipeline``, validated as the Snakefile validates it."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    paths = _pipeline_module()
+    try:
+        config = yaml.safe_load(configfile.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError(f"{configfile}: cannot read ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{configfile}: not valid YAML ({err})".replace("\n", " ")) from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{configfile}: expected a mapping of config keys")
+    try:
+        validate(config, str(SCHEMA))
+        return paths.Pipeline(config, REPO)
+    except (WorkflowError, ConfigError) as err:
+        raise ConfigError(f"{configfile}: {paths.config_error_line(err)}") from None
+
+
+def _local_gpu() -> torch.device | None:
+    return torch.device("cuda", 0) if torch.cuda.is_available() else None
+
+
+def _target(args: argparse.Namespace, accelerator: str, devices: int | str) -> pf.Target:
+    """Where an experiment trains: the CPU (this machine's RAM) or ``--gpus`` GPUs."""
+    local = _local_gpu()
+    wants_gpu = accelerator in ("gpu", "cuda") or (
+        accelerator == "auto" and (args.gpu_kind is not None or local is not None)
+    )
+    if not wants_gpu:
+        return pf.cpu_target()
+    gpus = args.gpus if args.gpus is not None else (devices if isinstance(devices, int) else 1)
+    if args.gpu_kind is None and local is not None:
+        if gpus <= 0:
+            raise ConfigError(f"--gpus must be a positive integer, got {gpus}")
+        props = torch.cuda.get_device_properties(local)
+        name = torch.cuda.get_device_name(local)
+        return pf.Target("cuda", gpus, props.total_memory, f"{name} (this machine)")
+    return pf.gpu_target(args.gpu_kind or "h100", gpus)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One experiment's plan and what a refusal needs to name and advise."""
+
+    plan: pf.Plan
+    target: pf.Target
+    key: str  # the config key of its max_tokens
+    model_cfg: Any  # ModelConfig
+    train_cfg: Any  # TrainConfig
+    vocab_size: int
+
+
+def plan_config(args: argparse.Namespace) -> list[Entry]:
+    """The plan of every experiment of ``args.configfile`` (sorted by name)."""
+    from transformer_nmt.model.config import model_config_from_spec
+    from transformer_nmt.training.config import TrainConfig
+
+    pipeline = load_pipeline(args.configfile)
+    if args.gpu_kind is not None:
+        pf.gpu_target(args.gpu_kind, 1)  # an unknown kind fails before any work
+    plans = []
+    for name in pipeline.experiments():
+        exp = pipeline.experiment(name)
+        spec = pipeline.train_config(name)
+        try:
+            model_cfg = model_config_from_spec(spec["model"])
+            train_cfg = TrainConfig.from_dict(spec["train"])
+        except ConfigError as err:
+            raise ConfigError(f"{args.configfile}: experiments.{name}: {err}") from None
+        vocab = int(pipeline.data_settings(exp["dataset"], exp["pair"])["vocab_size"])
+        target = _target(args, train_cfg.accelerator, train_cfg.devices)
+        measure = None
+        if not args.estimate_only and target.kind != "cpu":
+            measure = _local_gpu()
+        plan = pf.plan_experiment(
+            name, exp["preset"], model_cfg, train_cfg, vocab, target,
+            measure_on=measure, tokens_per_s=args.tokens_per_s,
+        )  # fmt: skip
+        key = f"experiments.{name}.train.max_tokens"
+        plans.append(Entry(plan, target, key, model_cfg, train_cfg, vocab))
+    return plans
+
+
+def _number(value: float | None, digits: int = 0) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def format_table(plans: list[Entry]) -> str:
+    header = (
+        "experiment", "model", "precision", "tokens/batch", "tokens/update (target)",
+        "devices x accum", "worst batch", "peak/device", "usable/device", "fits",
+        "steps/h", "hours", "device-hours",
+    )  # fmt: skip
+    rows = []
+    for entry in plans:
+        plan, target = entry.plan, entry.target
+        usable = plan.usable_bytes
+        rows.append((
+            plan.name,
+            f"{plan.preset} ({plan.params / 1e6:.1f}M)",
+            plan.precision,
+            f"{plan.max_tokens:,}",
+            f"{plan.update_tokens:,} ({plan.tokens_per_update:,})",
+            f"{plan.world_size} {target.kind} x {plan.accumulation}",
+            f"{plan.batch} x {plan.width}",
+            "OOM" if plan.peak_bytes < 0
+            else f"{plan.peak_bytes / pf.GIB:.2f} GiB {plan.peak_source}",
+            "n/a" if usable is None else f"{usable / pf.GIB:.1f} GiB",
+            "yes" if plan.fits else "NO",
+            _number(plan.steps_per_hour),
+            _number(plan.hours, 1),
+            _number(plan.device_hours, 1),
+        ))  # fmt: skip
+    widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    out = [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line(r) for r in rows]
+    notes = [
+        "tokens/update = max_tokens x devices x accumulation with full batches (an upper bound: "
+        "real batches carry padding); the accumulation is training.config.accumulation's",
+        "worst batch = rows x width (BOS/EOS included) of the allowed shape with the largest peak;"
+        " 'estimated' = training/preflight.py's analytic count, 'measured' = a local CUDA step",
+        f"usable = {pf.USABLE_FRACTION:.0%} of a device's memory",
+    ]
+    seen: set[str] = set()
+    for entry in plans:
+        plan, target = entry.plan, entry.target
+        if target.memory_source not in seen:
+            seen.add(target.memory_source)
+            notes.append(f"memory: {target.memory_source}")
+        if plan.update_tokens > 1.5 * plan.tokens_per_update:
+            notes.append(
+                f"{plan.name}: {plan.world_size} devices x max_tokens {plan.max_tokens:,} "
+                f"overshoot tokens_per_update {plan.tokens_per_update:,}: fewer devices or a "
+                "smaller max_tokens keep the §5.1 batch"
+            )
+        if plan.throughput is None:
+            notes.append(
+                f"{plan.name}: no recorded throughput for {plan.preset} on {target.kind} "
+                "(measure with plan on that device, or pass --tokens-per-s)"
+            )
+        elif plan.throughput.source not in seen:
+            seen.add(plan.throughput.source)
+            notes.append(
+                f"speed of {plan.preset} on {target.kind}: "
+                f"{plan.throughput.tgt_tokens_per_s:,.0f} target tokens/s per device "
+                f"({plan.throughput.source}); assumes linear scaling over devices"
+            )
+    return "\n".join([*out, "", *(f"- {n}" for n in notes)])
+
+
+def run(args: argparse.Namespace) -> int:
+    plans = plan_config(args)
+    print(format_table(plans))
+    for e in plans:
+        if not e.plan.fits:
+            raise ConfigError(pf.refusal(e.plan, e.key, e.model_cfg, e.train_cfg, e.vocab_size))
+    return 0
