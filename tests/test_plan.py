@@ -1,0 +1,285 @@
+"""``plan`` (issue 12 §5): the pre-flight table of every config, its accumulation and its
+refusals; the memory estimate against measurements; the train stage's own check."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from tests.conftest import REPO_ROOT
+from tests.test_training import corpus, train_argv  # noqa: F401 (a fixture)
+from transformer_nmt.cli import main
+from transformer_nmt.errors import ConfigError
+from transformer_nmt.model.config import ModelConfig
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.training import preflight as pf
+from transformer_nmt.training.config import TrainConfig
+from transformer_nmt.training.objective import build_optimizer, label_smoothed_cross_entropy
+
+RECIPES = sorted((REPO_ROOT / "config" / "experiments").glob("*.yaml"))
+CONFIGS = [REPO_ROOT / "config" / "config.yaml", *RECIPES]
+RECIPE = REPO_ROOT / "config" / "experiments" / "wmt14_en_de_base.yaml"
+SMALL = ModelConfig(N=2, d_model=64, d_ff=256, h=4, d_k=16, d_v=16)
+
+
+def _rows(out: str) -> dict[str, list[str]]:
+    """The table's rows by experiment name: ``{name: [cells...]}``."""
+    rows = {}
+    for line in out.splitlines():
+        if line.startswith("| ") and not line.startswith("| experiment "):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0]] = cells
+    return rows
+
+
+def _plan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["plan", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+def test_plan_prints_a_row_per_experiment_of_every_config(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _plan(capsys, "--configfile", str(config), "--estimate-only")
+    assert code == 0, err
+    experiments = yaml.safe_load(config.read_text())["experiments"]
+    rows = _rows(out)
+    assert set(rows) == set(experiments)
+    for name, exp in experiments.items():
+        cells = rows[name]
+        assert cells[1].startswith(exp["preset"] + " (")
+        assert cells[3] == f"{exp['train']['max_tokens']:,}"
+        assert cells[9] == "yes"
+        peak = cells[7]
+        assert peak.endswith("estimated") and float(peak.split()[0]) > 0
+    if all(exp["train"]["accelerator"] == "cpu" for exp in experiments.values()):
+        assert "benchmarks/RESULTS.md" in out  # CPU recipes: a recorded speed, its source
+
+
+@pytest.mark.parametrize(
+    # By hand: 25,000 tokens per update / 3,125 per batch = 8 batches, spread over the GPUs
+    # (round(25000 / (3125 * gpus))); 3 GPUs: round(2.67) = 3 -> 28,125 tokens.
+    ("gpus", "accumulation", "update"),
+    [(1, 8, "25,000"), (2, 4, "25,000"), (3, 3, "28,125"), (8, 1, "25,000")],
+)
+def test_wmt14_base_accumulation_by_hand(
+    gpus: int, accumulation: int, update: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _plan(
+        capsys, "--configfile", str(RECIPE), "--gpus", str(gpus), "--gpu-kind", "h100",
+        "--estimate-only", "--tokens-per-s", "100000",
+    )  # fmt: skip
+    assert code == 0
+    cells = _rows(out)["wmt14_en_de_base"]
+    assert cells[4] == f"{update} (25,000)"
+    assert cells[5] == f"{gpus} h100 x {accumulation}"
+    assert cells[2] == "bf16-mixed"  # precision auto on a bf16 GPU
+    tokens = int(update.replace(",", ""))
+    steps_per_hour = 100_000 * gpus * 3600 / tokens
+    assert cells[10] == f"{steps_per_hour:,.0f}"
+    assert cells[11] == f"{100_000 / steps_per_hour:,.1f}"  # max_steps 100k
+    assert cells[12] == f"{100_000 / steps_per_hour * gpus:,.1f}"
+
+
+def test_cpu_recipe_hours_come_from_the_recorded_throughput(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = REPO_ROOT / "config" / "experiments" / "multi30k_en_de_cpu.yaml"
+    code, out, _ = _plan(capsys, "--configfile", str(config))
+    assert code == 0
+    cells = _rows(out)["multi30k_en_de_cpu"]
+    rate = pf.RECORDED_THROUGHPUT[("tiny", "cpu")].tgt_tokens_per_s
+    assert cells[5] == "1 cpu x 1" and cells[2] == "32-true"
+    assert cells[11] == f"{5000 * 2048 / rate / 3600:,.1f}"  # 5,000 steps of 2,048 tokens
+
+
+def test_a_worst_batch_too_big_for_a_v100_is_refused_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = yaml.safe_load(RECIPE.read_text())
+    config["experiments"]["wmt14_en_de_base"]["train"]["max_tokens"] = 200_000
+    path = tmp_path / "huge.yaml"
+    path.write_text(yaml.safe_dump(config))
+    code, out, err = _plan(
+        capsys, "--configfile", str(path), "--gpu-kind", "v100", "--estimate-only"
+    )
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("error: experiments.wmt14_en_de_base.train.max_tokens: ")
+    assert "14.4 GiB usable" in lines[0]  # 90 % of a 16 GiB V100
+    assert _rows(out)["wmt14_en_de_base"][9] == "NO"
+    # the advised max_tokens does fit (and one more token a little over does not matter)
+    advised = int(lines[0].split("at most ~")[1].split()[0])
+    assert 3_125 <= advised < 200_000
+    train = TrainConfig.from_dict(config["experiments"]["wmt14_en_de_base"]["train"])
+    fitting = dataclasses.replace(train, max_tokens=advised)
+    target = pf.gpu_target("v100", 1)
+    assert pf.plan_experiment("x", "base", ModelConfig(), fitting, 37000, target).fits
+
+
+def test_unknown_gpu_kind_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _plan(capsys, "--configfile", str(RECIPE), "--gpu-kind", "p100")
+    assert code == 2 and out == ""
+    assert (
+        err.strip()
+        == f"error: --gpu-kind: unknown GPU kind 'p100'; known: {', '.join(pf.GPU_KINDS)}"
+    )
+
+
+def test_an_invalid_config_is_refused_as_the_snakefile_refuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = yaml.safe_load(RECIPE.read_text())
+    config["experiments"]["wmt14_en_de_base"]["train"]["max_tokens"] = "many"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    code, _, err = _plan(capsys, "--configfile", str(path))
+    assert code == 2
+    assert err.count("\n") == 1 and "experiments.wmt14_en_de_base.train.max_tokens" in err
+
+
+# --- the estimate against measurements ---------------------------------------------------------
+
+
+def test_weights_gradients_and_adam_states_are_counted_exactly(one_torch_thread) -> None:
+    vocab = 500
+    model = Transformer(SMALL, vocab_size=vocab)
+    optimizer = build_optimizer(model.parameters())
+    src = torch.randint(4, vocab, (2, 7))
+    label_smoothed_cross_entropy(model(src, src), src).loss.backward()
+    optimizer.step()  # creates Adam's moments; the gradients stay
+    tensors = [p for p in model.parameters()] + [p.grad for p in model.parameters()]
+    for state in optimizer.state.values():
+        tensors += [state["exp_avg"], state["exp_avg_sq"]]
+    real = sum(t.numel() * t.element_size() for t in tensors)
+    est = pf.estimate_peak_bytes(SMALL, vocab, 2, 7, "32-true")
+    assert est.weights_and_optimizer == real
+    assert pf.count_parameters_of(SMALL, vocab) == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [SMALL, ModelConfig(N=1, d_model=32, d_ff=64, h=2, d_k=8, d_v=24, norm_first=True)],
+    ids=["post-LN", "pre-LN"],
+)
+def test_activation_estimate_matches_the_tensors_saved_for_backward(cfg, one_torch_thread) -> None:
+    """What autograd really keeps for backward (distinct storages of the saved tensors, the
+    log-probabilities included) against the estimate's activations + one [tokens x vocab]."""
+    vocab, batch, width = 300, 4, 24
+    model = Transformer(cfg, vocab_size=vocab).train()
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in weights:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    src, tgt = torch.randint(4, vocab, (batch, width)), torch.randint(4, vocab, (batch, width))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        label_smoothed_cross_entropy(model(src, tgt), tgt)
+    est = pf.estimate_peak_bytes(cfg, vocab, batch, width, "32-true")
+    ratio = (est.activations + batch * width * vocab * 4) / sum(saved.values())
+    assert 0.8 <= ratio <= 1.5, ratio  # the estimate adds backward's per-layer gradients
+
+
+_RSS_SCRIPT = """
+import json, resource, sys
+import torch
+torch.set_num_threads(1)
+from transformer_nmt.model.config import ModelConfig
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.training.objective import build_optimizer, label_smoothed_cross_entropy
+cfg = ModelConfig(**json.loads(sys.argv[1]))
+vocab, batch, width = map(int, sys.argv[2:5])
+def resident():
+    return int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
+before = resident()
+model = Transformer(cfg, vocab_size=vocab).train()
+optimizer = build_optimizer(model.parameters())
+src, tgt_in, tgt_out = (torch.randint(4, vocab, (batch, width)) for _ in range(3))
+for _ in range(2):  # the second step is the steady state (Adam's moments exist)
+    logits = model(src, tgt_in)
+    loss = label_smoothed_cross_entropy(logits, tgt_out).loss
+    del logits
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)
+"""
+
+
+@pytest.mark.slow
+def test_cpu_estimate_is_within_a_factor_two_of_the_peak_resident_memory() -> None:
+    """A fresh process's peak RSS growth over two training steps (weights, Adam, activations
+    and the loss's [tokens x vocab] tensors: ~0.4 GB, far above the allocator's noise)."""
+    cfg = ModelConfig(N=2, d_model=256, d_ff=1024, h=4, d_k=64, d_v=64)
+    vocab, batch, width = 8000, 8, 128
+    out = subprocess.run(
+        [sys.executable, "-c", _RSS_SCRIPT, json.dumps(cfg.to_dict()), str(vocab), str(batch),
+         str(width)],
+        capture_output=True, text=True, timeout=300, check=True,
+        env={"PYTHONPATH": str(REPO_ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    measured = int(out.stdout.split()[-1])
+    estimate = pf.estimate_peak_bytes(cfg, vocab, batch, width, "32-true").total
+    assert 0.5 <= estimate / measured <= 2.0, (estimate, measured)
+
+
+@pytest.mark.gpu
+def test_cuda_measurement_and_estimate_agree_within_a_factor_two() -> None:
+    cfg, vocab = ModelConfig(N=2, d_model=256, d_ff=1024, h=4, d_k=64, d_v=64), 8000
+    for precision in ("32-true", "bf16-mixed"):
+        measured = pf.measure_peak_bytes(cfg, vocab, 8, 256, precision, torch.device("cuda"))
+        estimate = pf.estimate_peak_bytes(cfg, vocab, 8, 256, precision).total
+        assert measured.peak_bytes > 0
+        assert 0.5 <= estimate / measured.peak_bytes <= 2.0, (precision, estimate, measured)
+
+
+# --- shapes and the train stage -------------------------------------------------------------
+
+
+def test_worst_batch_respects_the_sampler_limits() -> None:
+    train = TrainConfig(max_tokens=3125, max_positions=1024)
+    rows, width, est = pf.worst_batch(ModelConfig(), train, 37000, "bf16-mixed")
+    assert width <= 1024 and rows * width <= 3125 and rows >= 1
+    # no allowed shape has a larger estimate
+    for w in (1024, 625, 100, 1):
+        other = pf.estimate_peak_bytes(ModelConfig(), 37000, 3125 // w, w, "bf16-mixed")
+        assert other.total <= est.total
+    # a model with few positions caps the width
+    short = ModelConfig(positional="learned", max_positions=64)
+    assert pf.worst_batch(short, train, 37000, "32-true")[1] <= 64
+
+
+def test_train_refuses_a_batch_that_does_not_fit_the_ram_before_any_step(
+    corpus: dict[str, Path],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pf, "available_ram_bytes", lambda: 4096)  # 4 KiB free
+    assert main(train_argv(corpus, tmp_path / "run", max_steps=2)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: train.max_tokens: the worst-case batch")
+    assert not (tmp_path / "run" / "checkpoints").exists() or not any(
+        (tmp_path / "run" / "checkpoints").iterdir()
+    )
+
+
+def test_check_fits_passes_and_reports_on_cpu() -> None:
+    plan = pf.check_fits(SMALL, TrainConfig(max_tokens=256), 500, "cpu", "32-true")
+    assert plan.fits and plan.peak_source == "estimated" and plan.batch * plan.width <= 256
+    with pytest.raises(ConfigError, match="train.max_tokens"):
+        pf.check_fits(SMALL, TrainConfig(max_tokens=10**7), 500, "cpu", "32-true")
