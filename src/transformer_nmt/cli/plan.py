@@ -18,6 +18,7 @@ runs from a checkout of the repository.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,7 +116,12 @@ def _target(args: argparse.Namespace, accelerator: str, devices: int | str) -> p
         props = torch.cuda.get_device_properties(local)
         name = torch.cuda.get_device_name(local)
         return pf.Target("cuda", gpus, props.total_memory, f"{name} (this machine)")
-    return pf.gpu_target(args.gpu_kind or "h100", gpus)
+    if args.gpu_kind is None:  # no GPU here and none named
+        default = pf.gpu_target("h100", gpus)
+        return dataclasses.replace(
+            default, memory_source=f"{default.memory_source} (the default --gpu-kind)"
+        )
+    return pf.gpu_target(args.gpu_kind, gpus)
 
 
 @dataclass(frozen=True)

@@ -385,7 +385,8 @@ def plan_experiment(
 ) -> Plan:
     """The plan of one experiment: batch, accumulation on ``target.devices`` x ``num_nodes``
     processes, worst-case peak memory (measured on ``measure_on``, a CUDA device, else
-    estimated), expected speed (``tokens_per_s`` > measured > ``RECORDED_THROUGHPUT``)."""
+    estimated), expected speed (``tokens_per_s`` > measured > ``RECORDED_THROUGHPUT``). A speed
+    is measured only when the target is the local GPU itself (``target.kind == "cuda"``)."""
     cfg = dataclasses.replace(train_cfg, devices=target.devices)
     precision = resolve_plan_precision(cfg, target)
     params = count_parameters_of(model_cfg, vocab_size)
@@ -394,8 +395,9 @@ def plan_experiment(
     throughput = RECORDED_THROUGHPUT.get((preset, target.kind))
     if measure_on is not None:
         measured = measure_peak_bytes(
-            model_cfg, vocab_size, rows, width, precision, measure_on, timed_steps
-        )
+            model_cfg, vocab_size, rows, width, precision, measure_on,
+            timed_steps if target.kind == "cuda" else 0,
+        )  # fmt: skip
         peak, source = measured.peak_bytes, "measured"
         if measured.tgt_tokens_per_s > 0:
             throughput = Throughput(
