@@ -501,6 +501,15 @@ def test_time_based_checkpoints_keep_the_newest_and_validation_bleu(
     assert 0.0 <= metrics["val/bleu"] <= 100.0
     assert 0.0 <= metrics["val/bleu_beam"] <= 100.0  # beam search on the whole dev set
     assert metrics["val/ppl"] == pytest.approx(math.exp(metrics["val/nll"]))
+    # metrics.csv: the BLEUs only in the rows of the validations that measured them
+    from transformer_nmt.metrics_history import METRICS_FILE, read_metrics
+
+    rows = [(r.step, sorted(r.values)) for r in read_metrics(run / METRICS_FILE)]
+    val = ["val_bleu", "val_loss", "val_ppl"]
+    assert [r for r in rows if "val_loss" in r[1]] == [
+        (2, val),
+        (4, sorted([*val, "val_bleu_beam"])),
+    ]
 
 
 def test_corrupt_newest_checkpoint_is_named_and_not_skipped(
