@@ -424,6 +424,41 @@ def test_log_lines_show_progress_eta_window_loss_and_validation_once(
     assert (_clock(3723.4), _clock(59.6), _clock(float("nan"))) == ("1h02m03s", "1m00s", "?")
 
 
+def test_metrics_history_survives_a_resume_without_duplicate_steps(
+    corpus: dict[str, Path], tmp_path: Path
+) -> None:
+    """metrics.csv of a run killed after its step-10 rows but before the step-10 checkpoint,
+    then resumed from step 5, equals that of an uninterrupted run: the rows beyond step 5 are
+    dropped and re-done once; the clock continues from the last row kept."""
+    from transformer_nmt.metrics_history import METRICS_FILE, read_metrics
+
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert main(train_argv(corpus, whole, max_steps=20)) == 0
+    assert main(train_argv(corpus, split, max_steps=10)) == 0
+    first = read_metrics(split / METRICS_FILE)
+    (split / "checkpoints" / "step=00000010.ckpt").unlink()  # as if killed before saving it
+    (split / "checkpoints" / "finished.json").unlink()
+    with open(split / METRICS_FILE, "a") as handle:
+        handle.write("11,3.5,2.")  # a row cut short by the kill
+    assert main(train_argv(corpus, split, max_steps=20)) == 0
+
+    expected, rows = read_metrics(whole / METRICS_FILE), read_metrics(split / METRICS_FILE)
+    kinds = [(r.step, sorted(r.values)) for r in rows]
+    train = ["lr", "train_loss"]
+    assert kinds == [(5, train), (10, train), (10, ["val_loss", "val_ppl"]), (15, train),
+                     (20, train), (20, ["val_loss", "val_ppl"])]  # fmt: skip
+    assert kinds == [(r.step, sorted(r.values)) for r in expected]
+    for got, want in zip(rows, expected, strict=True):  # resume-exact training: same values
+        assert got.values == pytest.approx(want.values, rel=1e-5)
+    assert rows[0] == first[0]  # the row of step 5 kept as it was
+    elapsed = [r.elapsed_s for r in rows]
+    assert elapsed == sorted(elapsed) and elapsed[0] > 0
+    # §5.3: the row's lr is the one its update used; the loss is the window's mean
+    for r in rows[::3]:
+        assert r.values["lr"] == pytest.approx(paper_lr(r.step, 32, warmup=10))
+    assert rows[2].values["val_ppl"] > 1.0
+
+
 def test_checkpoints_load_weights_only_with_plain_hparams(
     corpus: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -466,6 +501,15 @@ def test_time_based_checkpoints_keep_the_newest_and_validation_bleu(
     assert 0.0 <= metrics["val/bleu"] <= 100.0
     assert 0.0 <= metrics["val/bleu_beam"] <= 100.0  # beam search on the whole dev set
     assert metrics["val/ppl"] == pytest.approx(math.exp(metrics["val/nll"]))
+    # metrics.csv: the BLEUs only in the rows of the validations that measured them
+    from transformer_nmt.metrics_history import METRICS_FILE, read_metrics
+
+    rows = [(r.step, sorted(r.values)) for r in read_metrics(run / METRICS_FILE)]
+    val = ["val_bleu", "val_loss", "val_ppl"]
+    assert [r for r in rows if "val_loss" in r[1]] == [
+        (2, val),
+        (4, sorted([*val, "val_bleu_beam"])),
+    ]
 
 
 def test_corrupt_newest_checkpoint_is_named_and_not_skipped(

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
+from transformer_nmt.metrics_history import read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -97,6 +98,21 @@ def test_every_output_exists_and_is_well_formed(pipeline: dict[str, Any]) -> Non
     assert [r.split("|")[1].strip() + "/" + r.split("|")[4].strip() for r in rows] == [
         "smoke_a/test_2016_flickr", "smoke_a/test_2017_flickr", "smoke_b/test_2016_flickr",
     ]  # fmt: skip
+    # the learning curves: metrics.csv per run, figures (PNG + CSV) embedded in the report
+    figures = wd / "results" / "figures"
+    for name, exp in pipeline["config"]["experiments"].items():
+        train = exp["train"]
+        rows = read_metrics(wd / "results" / "runs" / name / "metrics.csv")
+        steps = [r.step for r in rows if "train_loss" in r.values]
+        assert steps == list(range(5, train["max_steps"] + 1, train["log_every_steps"]))
+        validated = [r.step for r in rows if "val_loss" in r.values]
+        # (where validations fall with gradient accumulation is the trainer's business)
+        assert validated and all(0 < s <= train["max_steps"] for s in validated)
+        png = figures / "runs" / name / "learning_curves.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.with_suffix(".csv").is_file()
+        assert f"](figures/runs/{name}/learning_curves.png)" in report
+    assert "](figures/pairs/multi30k_en-de/learning_curves.png)" in report  # shared pair
+    assert "a fixed number of checkpoints was averaged" in report  # average_last_k: K
 
 
 def test_models_are_registered_and_the_snakemake_report_has_the_results(
@@ -114,6 +130,7 @@ def test_models_are_registered_and_the_snakemake_report_has_the_results(
         names = archive.namelist()
     assert any(n.endswith("/report.md") for n in names), names[:20]
     assert any(n.endswith("test_2016_flickr.scores.json") for n in names)
+    assert sum(n.endswith("learning_curves.png") for n in names) == 3  # 2 runs, 1 pair
 
 
 def test_terminal_output_is_short(pipeline: dict[str, Any]) -> None:
@@ -149,7 +166,12 @@ def test_mlflow_holds_one_run_per_experiment(pipeline: dict[str, Any]) -> None:
         hyps = {a.path for a in client.list_artifacts(run.info.run_id, "hypotheses")}
         assert {f"hypotheses/{t}.txt" for t in exp["test_sets"]} <= hyps
         figures = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}
-        assert figures == {"figures/learning_curve.png"}
+        assert figures == {
+            "figures/learning_curve.png",  # the train stage's, from the MLflow history
+            "figures/learning_curves.png",  # the report's (evaluation/figures.py), and data
+            "figures/learning_curves.csv",
+            "figures/multi30k_en-de",  # the pair's figure
+        }
         assert params["data.vocab_size"] == str(
             pipeline["config"]["data"]["multi30k"]["en-de"]["vocab_size"]
         )

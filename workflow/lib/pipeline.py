@@ -43,6 +43,7 @@ MLFLOW_MODEL = RUN_DIR + "/mlflow_model.json"  # the registered MLflow model's U
 HYPOTHESES = RUN_DIR + "/{test_set}.hyp"
 SCORES = RUN_DIR + "/{test_set}.scores.json"
 REPORT = "results/report.md"
+FIGURES_DIR = "results/figures"  # the report's figures: runs/{experiment}/, pairs/{D}_{P}/
 
 
 def canonical_json(value: Any) -> str:

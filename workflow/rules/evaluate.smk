@@ -84,6 +84,16 @@ rule report:
             category="Results",
             labels={"table": "all experiments"},
         ),
+        # learning curves, dev BLEU against averaged checkpoints (evaluation/figures.py): a
+        # directory, since which figures exist depends on the runs (each PNG has its CSV)
+        figures=report(
+            directory(paths.FIGURES_DIR),
+            patterns=["{kind}/{group}/{figure}.png"],
+            caption="../report/figures.rst",
+            category="Figures",
+            subcategory="{group}",
+            labels={"figure": "{figure}", "of": "{group}"},
+        ),
     log:
         "logs/report.log",
     benchmark:
@@ -94,5 +104,5 @@ rule report:
         experiments=paths.canonical_json(pipeline.report_experiments()),
     shell:
         "python -m transformer_nmt report --scores {input:q} --runs-dir results/runs"
-        " --out {output.report:q}"
+        " --out {output.report:q} --figures-dir {output.figures:q}"
         " --experiments {params.experiments:q} --mlflow > {log:q} 2>&1"

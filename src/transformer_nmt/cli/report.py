@@ -1,16 +1,22 @@
-"""``report``: aggregate every experiment's scores into ``results/report.md``."""
+"""``report``: aggregate every experiment's scores into ``results/report.md``; with
+``--figures-dir``, also draw the figures (``evaluation.figures``: learning curves, dev BLEU
+against averaged checkpoints) and embed them, with every PNG found in
+``results/runs/<experiment>/figures/``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+from pathlib import Path
 
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.evaluation.report import (
     EXPERIMENT_FILE,
     build_report,
     collect_score_files,
+    known_experiments,
+    render_figures,
 )
 from transformer_nmt.io_utils import atomic_open, write_json
 
@@ -38,10 +44,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "configs, e.g. results/runs): a recipe's report keeps the demo's rows",
     )
     parser.add_argument(
+        "--figures-dir",
+        type=Path,
+        default=None,
+        help="draw the figures here (e.g. results/figures: runs/<experiment>/*.png and "
+        "pairs/<dataset>_<pair>/*.png, each with its data as .csv) and embed them in the report",
+    )
+    parser.add_argument(
         "--mlflow",
         action="store_true",
-        help="log the report as an artifact into the MLflow run of every experiment in "
-        "--experiments (MLflow experiment <dataset>_<pair>, run <experiment>)",
+        help="log the report (and the figures of each experiment) as artifacts into the MLflow "
+        "run of every experiment in --experiments (MLflow experiment <dataset>_<pair>, run "
+        "<experiment>)",
     )
 
 
@@ -68,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
         if path.parent.name in experiments:
             write_json(path.parent / EXPERIMENT_FILE, experiments[path.parent.name])
     text = build_report(paths, experiments)
+    figures = None
+    if args.figures_dir is not None:
+        figures = _figures(paths, experiments, args.figures_dir)
+        text += render_figures(figures, Path(args.out).parent)
     with atomic_open(args.out) as handle:
         handle.write(text)
     log.info("wrote %s (%d score files)", args.out, len(paths))
@@ -78,4 +96,30 @@ def run(args: argparse.Namespace) -> int:
             mlflow_experiment = f"{info['dataset']}_{info['pair']}"
             with tracking.stage_run(mlflow_experiment, name, "report") as tracked:
                 tracked.log_artifact(args.out)
+                if figures is not None:
+                    _log_figures(tracked, figures, name)
     return 0
+
+
+def _figures(paths: list[Path], experiments: dict, figures_dir: Path):
+    """The figures of every experiment with scores (its run directory: the scores' folder)."""
+    from transformer_nmt.evaluation.figures import make_figures
+
+    run_dirs = {p.parent.name: p.parent for p in paths}
+    return make_figures(run_dirs, known_experiments(paths, experiments), figures_dir)
+
+
+def _log_figures(tracked, figures, name: str) -> None:
+    """Experiment ``name``'s figures (PNG and CSV) under ``figures/``, the other stages' PNGs
+    found beside its run too, and its pair's figures under ``figures/<dataset>_<pair>/``."""
+    for fig in figures.runs.get(name, []):
+        for path in (fig.png, fig.csv):
+            if path is not None:
+                tracked.log_artifact(path, "figures")
+    for png in figures.found.get(name, []):
+        tracked.log_artifact(png, "figures")
+    for pair, fig in figures.pairs.items():
+        if name in fig.experiments:
+            for path in (fig.png, fig.csv):
+                if path is not None:
+                    tracked.log_artifact(path, f"figures/{pair}")

@@ -11,9 +11,12 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformer_nmt.errors import DataError
+
+if TYPE_CHECKING:
+    from transformer_nmt.evaluation.figures import ReportFigures
 
 SCORES_SUFFIX = ".scores.json"
 # Beside a run's scores: what the experiment is (written by the report stage, read by later
@@ -203,3 +206,31 @@ def build_report(
             raise DataError(f"scores for {key[0]} / {key[1]} given twice")
         seen[key] = row
     return render_report(rows, selections)
+
+
+def render_figures(figures: ReportFigures, report_dir: str | Path) -> str:
+    """Markdown section "Figures": per experiment its figures (``evaluation.figures``), every
+    PNG other stages left in ``results/runs/<experiment>/figures/``, and why a figure is
+    missing; then the figures of each dataset pair. Links are relative to ``report_dir`` (the
+    report's directory), each figure followed by a link to its data (CSV)."""
+    import os
+
+    def link(path: Path) -> str:
+        return Path(os.path.relpath(Path(path).resolve(), Path(report_dir).resolve())).as_posix()
+
+    lines = ["", "## Figures", ""]
+    for name in sorted(figures.runs):
+        lines += [f"### {name}", ""]
+        for fig in figures.runs[name]:
+            data = f" ([data]({link(fig.csv)}))" if fig.csv is not None else ""
+            lines += [f"![{name}: {fig.title}]({link(fig.png)})", "", f"*{fig.title}*{data}", ""]
+        for png in figures.found.get(name, []):
+            lines += [f"![{name}: {png.stem}]({link(png)})", "", f"*{png.stem}*", ""]
+        lines += [f"- {note}" for note in figures.notes.get(name, [])]
+        if figures.notes.get(name):
+            lines.append("")
+    for pair, fig in sorted(figures.pairs.items()):
+        lines += [f"### {pair}: {', '.join(fig.experiments)}", ""]
+        data = f" ([data]({link(fig.csv)}))" if fig.csv is not None else ""
+        lines += [f"![{pair}: {fig.title}]({link(fig.png)})", "", f"*{fig.title}*{data}", ""]
+    return "\n".join(lines).rstrip("\n") + "\n"

@@ -282,6 +282,76 @@ def read_last_validation(checkpoint_dir: Path) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
+class MetricsHistory(Callback):
+    """Appends the run's learning curve to ``<run-dir>/metrics.csv`` (``metrics_history``): a
+    training row every ``every`` updates (loss averaged over them, lr) and a row per validation
+    (loss, perplexity, the BLEUs it measured), with the update count and the wall-clock seconds
+    of training. The file survives resumes: a resumed job first drops the rows beyond its
+    starting step (atomic rewrite; re-done steps would otherwise appear twice) and its clock
+    continues from the last row kept. Rank 0 writes it."""
+
+    def __init__(self, path: Path, every: int, max_steps: int) -> None:
+        self.path, self.every, self.max_steps = Path(path), every, max_steps
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        from transformer_nmt import metrics_history as mh
+
+        self._previous_step = start = trainer.global_step
+        self._loss_sum, self._loss_count = 0.0, 0
+        self._offset = 0.0
+        self._started = time.monotonic()
+        if not trainer.is_global_zero:
+            return
+        kept: list[mh.MetricsRow] = []
+        if start > 0 and self.path.is_file():
+            rows = mh.read_metrics(self.path, drop_partial_last=True)
+            kept = [r for r in rows if r.step <= start]
+            if len(kept) < len(rows):
+                log.info(
+                    "%s: dropped %d row(s) beyond step %d (resumed there)",
+                    self.path, len(rows) - len(kept), start,
+                )  # fmt: skip
+            self._offset = kept[-1].elapsed_s if kept else 0.0
+        # from scratch (also after a start over): a fresh file; on resume the rows kept
+        mh.write_metrics(self.path, kept)
+
+    def _append(self, trainer, values: dict[str, float]) -> None:
+        from transformer_nmt import metrics_history as mh
+
+        elapsed = self._offset + time.monotonic() - self._started
+        mh.append_metrics(self.path, mh.row(trainer.global_step, elapsed, values))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        stepped, self._previous_step = step != self._previous_step, step
+        if not stepped:
+            return  # a micro-batch of an accumulation
+        m = trainer.callback_metrics
+        if "train/loss" in m:
+            self._loss_sum += float(m["train/loss"])
+            self._loss_count += 1
+        if (step % self.every and step != self.max_steps) or not self._loss_count:
+            return
+        values = {"train_loss": self._loss_sum / self._loss_count}
+        if "train/lr" in m:
+            values["lr"] = float(m["train/lr"])
+        self._loss_sum, self._loss_count = 0.0, 0
+        if trainer.is_global_zero:
+            self._append(trainer, values)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        m = trainer.callback_metrics
+        values = {}
+        for key in ("val/loss", "val/ppl", "val/bleu", "val/bleu_beam"):
+            # the BLEUs only when this validation measured them (not a stale value)
+            if key in m and (not key.startswith("val/bleu") or key in pl_module.measured_now):
+                values[key.replace("/", "_")] = float(m[key])
+        if values:
+            self._append(trainer, values)
+
+
 class StageRunLogger(Logger):
     """Lightning logger that writes metrics into the experiment's MLflow run through
     ``tracking.StageRun`` (batched, retried on a locked store). Params are logged by the CLI."""

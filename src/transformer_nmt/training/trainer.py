@@ -1,7 +1,7 @@
 """The Lightning Trainer of a run (``build_trainer``): resolved devices and precision, §5.1
 gradient accumulation, step-named checkpoints every T minutes or N steps (§6.1), per-step
-reseeding, throughput and log lines. Settings live in ``training/config.py``, resume in
-``training/resume.py``, a run's life in ``training/run.py``.
+reseeding, throughput, log lines and the metrics history (``metrics.csv``). Settings live in
+``training/config.py``, resume in ``training/resume.py``, a run's life in ``training/run.py``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from transformer_nmt.checkpoints import CHECKPOINT_DIR
 from transformer_nmt.io_utils import atomic_path
+from transformer_nmt.metrics_history import METRICS_FILE
 from transformer_nmt.training.callbacks import (
     LastValidation,
     LogLines,
+    MetricsHistory,
     StepCheckpoint,
     StepSeed,
     StopOnSignal,
@@ -70,6 +72,7 @@ def build_trainer(
         StepSeed(cfg.seed),
         Throughput(cfg.log_every_steps),
         LogLines(cfg.log_every_steps, cfg.max_steps),
+        MetricsHistory(run_dir / METRICS_FILE, cfg.log_every_steps, cfg.max_steps),
         *callbacks,
     ]
     return L.Trainer(
