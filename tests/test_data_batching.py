@@ -100,6 +100,27 @@ def test_ranks_get_disjoint_shares_covering_the_epoch(world_size):
             assert len(set(shares[r]) & set(shares[q])) <= pad
 
 
+@pytest.mark.parametrize(("world_size", "accumulation"), [(1, 4), (2, 5)])
+def test_epochs_hold_whole_updates_under_gradient_accumulation(world_size, accumulation):
+    src, tgt = _lengths(n=997)
+    samplers = [
+        TokenBatchSampler(src, tgt, max_tokens=300, shuffle=True, seed=2, rank=r,
+                          world_size=world_size, multiple_of=accumulation)
+        for r in range(world_size)
+    ]  # fmt: skip
+    n = samplers[0].num_batches
+    assert n % (world_size * accumulation) != 0  # else there would be nothing to pad
+    shares = [[tuple(b) for b in s] for s in samplers]
+    unit = world_size * accumulation
+    assert {len(share) for share in shares} == {-(-n // unit) * accumulation}
+    assert len(shares[0]) % accumulation == 0 and len(samplers[0]) == len(shares[0])
+    counts = Counter(b for share in shares for b in share)
+    assert len(counts) == n  # every batch of the epoch is still there
+    assert sum(c - 1 for c in counts.values()) == -(-n // unit) * unit - n < unit
+    with pytest.raises(ValueError, match="multiple_of"):
+        TokenBatchSampler(src, tgt, max_tokens=300, shuffle=True, multiple_of=0)
+
+
 def test_over_long_examples_are_dropped_with_a_counted_warning(caplog):
     src = np.array([3, 100, 5, 20, 4])
     tgt = np.array([3, 4, 5, 6, 40])

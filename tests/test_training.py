@@ -424,6 +424,21 @@ def test_log_lines_show_progress_eta_window_loss_and_validation_once(
     assert (_clock(3723.4), _clock(59.6), _clock(float("nan"))) == ("1h02m03s", "1m00s", "?")
 
 
+def test_validation_falls_on_its_steps_under_gradient_accumulation(
+    corpus: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Updates of 2 micro-batches over epochs of an odd number of batches: an epoch's last update
+    # must not be short, or the micro-batch-counted validation interval drifts off the steps.
+    caplog.set_level(logging.INFO, logger="transformer_nmt.training")
+    argv = train_argv(corpus, tmp_path / "run", max_steps=12, tokens_per_update=150,
+                      val_every_steps=4, checkpoint_every_steps=4)  # fmt: skip
+    assert main(argv) == 0
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("§5.1 batch: 2 micro-batch(es)") for line in lines), lines[:5]
+    validations = [line.split(":")[0] for line in lines if line.startswith("validation at")]
+    assert validations == [f"validation at step {s}" for s in (4, 8, 12)]
+
+
 def test_metrics_history_survives_a_resume_without_duplicate_steps(
     corpus: dict[str, Path], tmp_path: Path
 ) -> None:

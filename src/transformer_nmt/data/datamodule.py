@@ -71,6 +71,8 @@ class TranslationDataModule(L.LightningDataModule):
 
     ``max_tokens``: per device per batch, counting padding (§5.1). ``max_positions``: longest
     side (with BOS/EOS) the model accepts; longer examples are dropped with a warning.
+    ``accumulation``: micro-batches per optimizer step; each epoch's training batches per rank
+    are padded to a multiple of it (set it once resolved, before fitting).
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.train_split, self.valid_split = train_split, valid_split
         self.test_splits = list(test_splits)
         self.num_workers, self.max_positions = num_workers, max_positions
+        self.accumulation = 1
         self._datasets: dict[str, PairDataset] = {}
         self.samplers: dict[str, TokenBatchSampler] = {}
 
@@ -134,6 +137,7 @@ class TranslationDataModule(L.LightningDataModule):
             rank=rank,
             world_size=world_size,
             max_positions=self.max_positions,
+            multiple_of=self.accumulation if split == self.train_split and shuffle else 1,
             name=f"{self.bin_dir}/{split}",
         )
         self.samplers[split] = sampler

@@ -13,7 +13,9 @@ test keep their deterministic order). Distributed training: every rank draws the
 list, which is padded by repeating its first batches to a multiple of ``world_size`` so that all
 ranks run the same number of steps (as ``torch.utils.data.DistributedSampler`` pads), and rank
 ``r`` takes ``batches[r::world_size]``: the ranks' shares are disjoint except for those fewer
-than ``world_size`` padding repeats, and together they cover every batch.
+than ``world_size`` padding repeats, and together they cover every batch. With gradient
+accumulation the padding is to a multiple of ``world_size * multiple_of`` (the accumulation), so
+that no optimizer step at an epoch's end sums fewer micro-batches than the others.
 
 Examples too long for the model (a side longer than ``max_positions``) or for any batch (longer
 than ``max_tokens``) are dropped once, with one warning that counts them: a corpus outlier must
@@ -72,6 +74,7 @@ class TokenBatchSampler:
         rank: int = 0,
         world_size: int = 1,
         max_positions: int | None = None,
+        multiple_of: int = 1,
         name: str = "data",
     ) -> None:
         src_len = np.asarray(src_lengths, dtype=np.int32) + SRC_EXTRA
@@ -85,8 +88,15 @@ class TokenBatchSampler:
             raise ValueError(f"max_tokens must be positive, got {max_tokens}")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
+        if multiple_of < 1:
+            raise ValueError(f"multiple_of must be positive, got {multiple_of}")
         self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
         self.rank, self.world_size, self.epoch = rank, world_size, 0
+        # Batches per rank and epoch are padded to a multiple of this (the gradient
+        # accumulation): every optimizer step then sums exactly that many micro-batches, also
+        # at an epoch's end, so steps stay micro-batches / accumulation and step-based
+        # validation and checkpoints fall where the config says.
+        self.multiple_of = multiple_of
 
         width = np.maximum(src_len, tgt_len)  # padded tokens per row of a batch
         limit = max_tokens if max_positions is None else min(max_tokens, max_positions)
@@ -141,8 +151,8 @@ class TokenBatchSampler:
         ids = np.arange(n)
         if self.shuffle:
             ids = np.random.default_rng([self.seed, self.epoch]).permutation(n)
-        total = math.ceil(n / self.world_size) * self.world_size
-        if total > n:  # pad with the first batches so every rank has the same number of steps
+        total = len(self) * self.world_size
+        if total > n:  # pad with the first batches: every rank takes the same, whole steps
             ids = np.resize(ids, total)  # np.resize repeats the array cyclically
         return ids[self.rank :: self.world_size]
 
@@ -151,4 +161,5 @@ class TokenBatchSampler:
             yield self.batch(int(b))
 
     def __len__(self) -> int:
-        return math.ceil(self.num_batches / self.world_size)
+        unit = self.world_size * self.multiple_of
+        return math.ceil(self.num_batches / unit) * self.multiple_of

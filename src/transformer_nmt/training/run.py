@@ -179,6 +179,7 @@ def train_run(
     )
     src_per_batch, tgt_per_batch = datamodule.real_tokens_per_batch()
     resolved = resolve(train_cfg, tgt_per_batch)
+    datamodule.accumulation = resolved.accumulation  # whole updates at epoch ends
     log.info(
         "§5.1 batch: %d micro-batch(es) x %d process(es) of ~%.0f source / %.0f target real "
         "tokens = ~%.0f / %.0f per update (tokens_per_update=%d)",
