@@ -87,9 +87,11 @@ def draw_figure(record: SentenceAttention, path: str | Path, layer_label: str, l
     width, height = max(2.8, 0.22 * n_src + 1.2), max(2.8, 0.22 * n_tgt + 1.2)
     fig = Figure(figsize=(cols * width, rows * height + 0.6), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
+    # one colour scale for every panel (comparable), from 0 to the figure's largest weight
+    vmax = max(float(matrix.max()) for _, matrix in named) or 1.0
     image = None
     for ax, (name, matrix) in zip(axes.flat, named, strict=False):
-        image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
         ax.set_title("head average" if name == "mean" else name.replace("_", " "), fontsize=9)
         ax.set_xticks(range(n_src), record.src_tokens, rotation=90, fontsize=7)
         ax.set_yticks(range(n_tgt), record.tgt_tokens, fontsize=7)
