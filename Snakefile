@@ -85,4 +85,5 @@ rule all:
     input:
         rules.report.output.report,
         pipeline.all_scores(),
+        pipeline.all_attention_maps(),
         pipeline.all_registered_models(),

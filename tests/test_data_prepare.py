@@ -351,3 +351,48 @@ def test_safe_archive_reads_and_missing_member_is_named(tmp_path):
     corpus = dataset.pairs["en-de"].splits["valid"][0]
     object.__setattr__(corpus.sides["de"], "member", "c/nope.de")
     _fails(dataset, raw, tmp_path / "out2", r"corpus\.tgz: has no member 'c/nope\.de'")
+
+
+# --- data provenance: evaluation sentences that also occur in the training data -------------
+
+
+def test_train_overlap_of_dev_and_test_sets_is_counted_and_listed(tmp_path, monkeypatch):
+    import transformer_nmt.data.prepare as prepare
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    train_en = ["A dog runs.", "Two  men talk", "ｃａｔｓ sleep", "A bird sings", "Rain falls"]
+    train_de = ["Ein Hund rennt.", "Zwei Männer reden", "Katzen schlafen", "Ein Vogel", "Regen"]
+    # valid: 1 pair (case + spacing), 2 source only (one fullwidth: NFKC), 1 target only, 1 none
+    valid_en = ["a DOG runs.", "two men talk", "cats sleep", "A fish swims", "Snow falls", ""]
+    valid_de = ["ein hund  rennt.", "Zwei Frauen", "Katzen essen", "Ein Vogel", "Schnee", ""]
+    test_en, test_de = ["Rain falls", "Nothing here"], ["Regen", "Nichts"]
+    files = {"train.en": train_en, "train.de": train_de, "valid.en": valid_en,
+             "valid.de": valid_de, "test.en": test_en, "test.de": test_de}  # fmt: skip
+    for name, lines in files.items():
+        (raw / name).write_bytes(_lines(*lines))
+
+    def corpus(split):
+        return {"name": split, "en": _side(f"{split}.en", None, "text"),
+                "de": _side(f"{split}.de", None, "text")}  # fmt: skip
+
+    splits = {"train": [corpus("train")], "valid": [corpus("valid")], "test": [corpus("test")]}
+    dataset = get_dataset(_write_registry(raw, splits, ["test"]), "wmt_toy")
+    monkeypatch.setattr(prepare, "OVERLAP_LINES", 2)  # counts stay complete, lists are capped
+    report = prepare_pair(dataset, "en-de", raw, tmp_path / "out", CleanConfig())
+    assert report["overlap_normalisation"] == "NFKC, lowercase, whitespace collapsed"
+    assert report["splits"]["valid"]["train_overlap"] == {
+        "sentences": 6,
+        "source": 3,
+        "target": 2,
+        "pair": 1,
+        "lines": {"source": [1, 2], "target": [1, 4], "pair": [1]},
+    }
+    assert report["splits"]["test"]["train_overlap"] == {
+        "sentences": 2, "source": 1, "target": 1, "pair": 1,
+        "lines": {"source": [1], "target": [1], "pair": [1]},
+    }  # fmt: skip
+    assert "train_overlap" not in report["splits"]["train"]
+    saved = json.loads((tmp_path / "out" / "clean_report.json").read_text(encoding="utf-8"))
+    assert saved == report
+    assert prepare.overlap_key("  Ａ\u00a0Dog\tRUNS ") == "a dog runs"

@@ -226,3 +226,56 @@ def test_fast_masks_equal_the_explicit_masks_on_real_positions(extra):
     # a batch without padding needs no key padding mask at all
     assert key_padding_mask(torch.ones(2, 5, dtype=torch.bool)) is None
     assert key_padding_mask(src != PAD).shape == (3, 1, 1, 7)
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "causal"])
+def test_per_head_attention_weights_equal_explicit_softmax(mask_kind):
+    from transformer_nmt.model.attention import CAUSAL, MultiHeadAttention
+
+    torch.manual_seed(3)
+    h, d_k, d_v = 4, 5, 3
+    mha = MultiHeadAttention(16, h, d_k, d_v, bias=True).double().eval()
+    x_q, x_kv = torch.randn(2, 6, 16, dtype=torch.float64), torch.randn(2, 6, 16).double()
+    mask = None
+    if mask_kind == "padding":
+        mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+        mask[1, ..., 4:] = False
+    elif mask_kind == "causal":
+        mask = CAUSAL
+    _, per_head = mha(x_q, x_kv, mask, need_weights=True, average_heads=False)
+    _, averaged = mha(x_q, x_kv, mask, need_weights=True)
+    assert per_head.shape == (2, h, 6, 6)
+    # softmax(Q K^T / sqrt(d_k)) per head, from the projection matrices by hand (§3.2.1)
+    q = (x_q @ mha.w_q.weight.T + mha.w_q.bias).view(2, 6, h, d_k).transpose(1, 2)
+    k = (x_kv @ mha.w_k.weight.T + mha.w_k.bias).view(2, 6, h, d_k).transpose(1, 2)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # [B, h, L_q, L_k]
+    if mask_kind == "padding":
+        scores[1, :, :, 4:] = float("-inf")
+    elif mask_kind == "causal":
+        scores = scores.masked_fill(torch.ones(6, 6).triu(1).bool(), float("-inf"))
+    expected = torch.exp(scores - scores.amax(-1, keepdim=True))
+    expected = expected / expected.sum(-1, keepdim=True)
+    torch.testing.assert_close(per_head, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(per_head.sum(-1), torch.ones(2, h, 6, dtype=torch.float64))
+    torch.testing.assert_close(per_head.mean(dim=1), averaged, rtol=0, atol=1e-15)
+
+
+def test_decode_returns_per_head_cross_attention_of_a_chosen_layer():
+    model = make_model()
+    src, tgt = random_batch()
+    enc = model.encode(src)
+    _, averaged = model.decode(tgt, enc, return_attention=True)  # last layer, [B, T, S]
+    _, last = model.decode(tgt, enc, return_attention=True, average_heads=False)
+    _, first = model.decode(tgt, enc, return_attention=True, attention_layer=0, average_heads=False)
+    _, first_again = model.decode(
+        tgt, enc, return_attention=True, attention_layer=-2, average_heads=False
+    )
+    assert last.shape == first.shape == (3, 4, 6, 7)  # [B, h, T, S]
+    torch.testing.assert_close(last.mean(dim=1), averaged, rtol=0, atol=1e-15)
+    torch.testing.assert_close(first, first_again, rtol=0, atol=0)
+    assert not torch.allclose(first, last)
+    torch.testing.assert_close(first.sum(-1), torch.ones(3, 4, 6, dtype=torch.float64))
+    padded = (src == PAD)[:, None, None, :].expand_as(first)
+    assert torch.all(first[padded] == 0) and torch.all(last[padded] == 0)
+    with pytest.raises(ConfigError, match="attention_layer 2 out of range for 2"):
+        model.decode(tgt, enc, return_attention=True, attention_layer=2)

@@ -133,7 +133,8 @@ def test_dry_run_of_the_default_plans_the_whole_dag(tmp_path: Path) -> None:
     assert counts == {
         "download_multi30k": "1", "prepare_multi30k_en_de": "1", "spm_train": "1",
         "encode": "4", "train_config": "1", "train": "1", "average": "1", "register": "1",
-        "translate": "2", "score": "2", "report": "1", "all": "1", "total": "17",
+        "translate": "2", "score": "2", "attention_maps": "1", "report": "1", "all": "1",
+        "total": "18",
     }  # fmt: skip
 
 
@@ -202,7 +203,8 @@ def test_misspelled_top_level_key_is_one_short_line(tmp_path: Path) -> None:
     result = _dry_run(tmp_path, "--configfile", str(bad))
     assert result.returncode != 0
     assert result.stdout == "" and result.stderr.splitlines()[-1] == (
-        "config: unknown key 'experimnts' (known: data, data_mirror, experiments, registry)"
+        "config: unknown key 'experimnts' (known: attention_map_sentences, data, data_mirror, "
+        "experiments, registry)"
     )
 
 

@@ -66,7 +66,7 @@ def test_rows_sorted_with_scores_and_paper_numbers_only_on_wmt14_test(tmp_path: 
     ]
     # columns: experiment, data, preset, test set, sentences, BLEU, chrF, tok BLEU, paper, lc
     assert rows[0][1:] == ["multi30k en-de", "tiny", "test_2016_flickr", "100", "35.25", "55.25",
-                           "36.25", "—", "37.25"]  # fmt: skip
+                           "36.25", "—", "37.25", "—"]  # fmt: skip
     assert rows[2][8] == "—"  # newstest2013 is the dev set: no paper number
     assert rows[3][4] == "3003" and rows[3][8] == "28.40"
     assert rows[4][8] == "38.10"
@@ -78,7 +78,7 @@ def test_unknown_experiment_is_reported_without_paper_number(tmp_path: Path) -> 
     path = _scores(tmp_path / "other", "newstest2014", 20.0)
     rows = _table_rows(build_report([path], {}))
     assert rows == [["other", "—", "—", "newstest2014", "100", "20.00", "40.00", "21.00", "—",
-                     "22.00"]]  # fmt: skip
+                     "22.00", "—"]]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -169,3 +169,23 @@ def test_dev_set_choice_of_averaged_checkpoints_is_in_the_report(tmp_path: Path)
     text = build_report([path], EXPERIMENTS)
     assert "## Checkpoint averaging chosen on the dev set" in text
     assert "| m30k | 1: 30.50, 5: 31.25, 10: 31.00 | 5 |" in text
+
+
+def test_train_overlap_from_the_cleaning_report_is_beside_each_score(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    paths = [
+        _scores(results / "runs" / "m30k", "test_2016_flickr", 35.0, n=1000),
+        _scores(results / "runs" / "m30k", "test_2017_flickr", 30.0, n=1000),
+    ]
+    clean = results / "data" / "multi30k" / "en-de" / "clean_report.json"
+    clean.parent.mkdir(parents=True)
+    overlap = {"sentences": 1000, "source": 30, "target": 25, "pair": 12, "lines": {}}
+    splits = {"train": {"read": 5}, "test_2016_flickr": {"train_overlap": overlap},
+              "test_2017_flickr": {"kept": 1000}}  # fmt: skip
+    clean.write_text(json.dumps({"splits": splits}), encoding="utf-8")
+    rows = _table_rows(build_report(paths, EXPERIMENTS))
+    assert [r[-1] for r in rows] == ["pair 12/1000 (src 30, tgt 25)", "—"]
+    splits["test_2016_flickr"]["train_overlap"] = {"sentences": 1000}
+    clean.write_text(json.dumps({"splits": splits}), encoding="utf-8")
+    with pytest.raises(DataError, match=r"clean_report.json: no train_overlap for test_2016"):
+        build_report(paths, EXPERIMENTS)

@@ -334,3 +334,88 @@ def test_python_api_from_run_errors_name_the_file(assets: dict[str, Path], tmp_p
     (run_dir / "averaged.pt").unlink()
     with pytest.raises(CheckpointError, match="averaged.pt: not found"):
         Translator.from_run(run_dir, spm_model=assets["spm"])
+
+
+def test_word_index_and_hard_alignment_on_a_hand_made_matrix() -> None:
+    assert translation.word_index(["▁ein", "▁Ma", "nn", "▁läuft"]) == [0, 1, 1, 2]
+    assert translation.word_index(["ab", "c", "▁d"]) == [0, 0, 1]  # first piece: word 0
+    # source "ein Mann läuft" = ▁ein ▁Ma nn ▁läuft </s>; target "a man runs" = ▁a ▁m an ▁runs
+    weights = np.full((2, 5, 5), 0.05, dtype=np.float32)  # [h, T, S]
+    for t, s in [(0, 0), (1, 2), (2, 1), (3, 3), (4, 4)]:  # the EOS row attends to </s>
+        weights[:, t, s] = 0.8
+    weights[1, 3, 3], weights[1, 3, 4] = 0.0, 0.85  # ▁runs: most on </s>, which is left out
+    record = translation.SentenceAttention(
+        source="ein Mann läuft", translation="a man runs",
+        src_tokens=["▁ein", "▁Ma", "nn", "▁läuft", "</s>"],
+        tgt_tokens=["▁a", "▁m", "an", "▁runs", "</s>"], weights=weights,
+    )  # fmt: skip
+    np.testing.assert_allclose(record.averaged, weights.mean(axis=0))
+    # ▁m -> nn and an -> ▁Ma: both subwords of "Mann" (word 1) to "man" (word 1)
+    assert record.alignment() == [(0, 0), (1, 1), (2, 2)]
+    assert record.pharaoh() == "0-0 1-1 2-2"
+    data = json.loads(record.to_json())
+    assert data["alignment"] == "0-0 1-1 2-2" and data["tgt_tokens"][-1] == "</s>"
+    assert np.asarray(data["attention"]).shape == (5, 5)
+    assert list(translation.format_attention([record], "alignment")) == [
+        "a man runs ||| 0-0 1-1 2-2"
+    ]
+    empty = translation.SentenceAttention("", "", [], [], np.zeros((2, 0, 0), np.float32))
+    assert empty.pharaoh() == "" and json.loads(empty.to_json())["attention"] == []
+
+
+def test_translate_with_attention_equals_search_attention(assets: dict[str, Path]) -> None:
+    from transformer_nmt.data.batch import source_batch
+    from transformer_nmt.search import beam_search
+
+    lines = ["ein mann läuft im park", "", "eine frau spielt mit einem ball", "hund"]
+    settings = SearchSettings(beam=3, max_len_b=6)
+    translator = Translator(assets["model"], assets["spm"], settings)
+    records = translator.translate_with_attention(lines)
+    assert [r.translation for r in records] == translator.translate(lines)
+    assert records[1].src_tokens == [] and records[1].pharaoh() == ""
+    for line, record in zip(lines, records, strict=True):
+        if not line:
+            continue
+        ids = translator.encode(line)
+        assert record.src_tokens == [translator.sp.id_to_piece(int(i)) for i in ids] + ["</s>"]
+        h, rows, cols = record.weights.shape
+        assert (h, rows, cols) == (2, len(record.tgt_tokens), len(record.src_tokens))
+        np.testing.assert_allclose(record.weights.sum(-1), 1.0, atol=1e-5)
+        # teacher forcing on the hypothesis = the attention the search saw step by step
+        (hyp,) = beam_search(
+            translator.model, source_batch([ids]), bos_id=2, eos_id=3, pad_id=PAD_ID, beam_size=3,
+            alpha=settings.alpha, max_len_b=6, return_attention=True,
+        )[0]  # fmt: skip
+        assert record.tgt_tokens[:-1] == [translator.sp.id_to_piece(t) for t in hyp.tokens]
+        np.testing.assert_allclose(record.averaged, hyp.attention.numpy(), atol=1e-5)
+
+
+def test_cli_print_attention_and_alignment(assets: dict[str, Path], tmp_path: Path) -> None:
+    src = tmp_path / "test.de"
+    src.write_text("ein mann läuft\n\nim park\n", encoding="utf-8")
+    common = ["translate", "--model", str(assets["model"]), "--spm-model", str(assets["spm"]),
+              "--input", str(src), "--beam", "2", "--max-len-b", "5"]  # fmt: skip
+    plain, attn, align = tmp_path / "plain.hyp", tmp_path / "attn.jsonl", tmp_path / "align.txt"
+    assert main([*common, "--output", str(plain)]) == 0
+    assert main([*common, "--output", str(attn), "--print-attention"]) == 0
+    assert main([*common, "--output", str(align), "--print-alignment"]) == 0
+    translations = plain.read_text(encoding="utf-8").splitlines()
+    records = [json.loads(x) for x in attn.read_text(encoding="utf-8").splitlines()]
+    aligned = align.read_text(encoding="utf-8").splitlines()
+    assert len(records) == len(aligned) == 3  # one line per input line, the empty one kept
+    assert [r["translation"] for r in records] == translations
+    assert [r["source"] for r in records] == ["ein mann läuft", "", "im park"]
+    for record, line in zip(records, aligned, strict=True):
+        text, pairs = line.split(" ||| ")
+        assert text == record["translation"] and pairs == record["alignment"]
+        matrix = np.asarray(record["attention"])
+        if record["source"]:
+            assert matrix.shape == (len(record["tgt_tokens"]), len(record["src_tokens"]))
+            np.testing.assert_allclose(matrix.sum(-1), 1.0, atol=1e-3)
+        for pair in pairs.split():
+            i, j = map(int, pair.split("-"))
+            assert 0 <= i < len(record["source"].split())
+            assert 0 <= j < len(record["translation"].split())
+    bad = tmp_path / "bad.txt"
+    assert main([*common, "--output", str(bad), "--print-attention", "--nbest", "2"]) == 2
+    assert not bad.exists()

@@ -70,6 +70,10 @@ def test_every_output_exists_and_is_well_formed(pipeline: dict[str, Any]) -> Non
         for lang in ("en", "de"):
             assert len((data / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()) == n
     assert (wd / "results" / "spm" / "multi30k" / "en-de" / "spm.model").stat().st_size > 0
+    clean = json.loads((data / "clean_report.json").read_text(encoding="utf-8"))
+    for split in ("valid", "test_2016_flickr", "test_2017_flickr"):
+        overlap = clean["splits"][split]["train_overlap"]
+        assert overlap["sentences"] == n and 0 <= overlap["pair"] <= overlap["source"] <= n
     for name, exp in pipeline["config"]["experiments"].items():
         run = wd / "results" / "runs" / name
         summary = json.loads((run / "train_summary.json").read_text(encoding="utf-8"))
@@ -90,6 +94,13 @@ def test_every_output_exists_and_is_well_formed(pipeline: dict[str, Any]) -> Non
             for key in ("bleu", "chrf", "bleu_paper", "bleu_lc_tok"):
                 assert 0.0 <= scores[key]["score"] <= 100.0
             assert "tok:13a" in scores["bleu"]["signature"]
+        # attention maps of the first 3 test lines: PNG + CSV (panel rows of heads and mean)
+        h = exp["model_overrides"]["h"]
+        for line in (1, 2, 3):
+            assert (run / "figures" / f"attention_{line}.png").read_bytes()[:4] == b"\x89PNG"
+            table = (run / "figures" / f"attention_{line}.csv").read_text(encoding="utf-8")
+            panels = {row.split(",")[0] for row in table.splitlines()[1:]}
+            assert panels == {*(f"head_{i + 1}" for i in range(h)), "mean"}
         for stage in ("train", "average"):
             assert (wd / "logs" / stage / f"{name}.log").is_file()
             assert (wd / "results" / "benchmarks" / stage / f"{name}.tsv").is_file()
@@ -131,6 +142,8 @@ def test_models_are_registered_and_the_snakemake_report_has_the_results(
     assert any(n.endswith("/report.md") for n in names), names[:20]
     assert any(n.endswith("test_2016_flickr.scores.json") for n in names)
     assert sum(n.endswith("learning_curves.png") for n in names) == 3  # 2 runs, 1 pair
+    assert any(n.endswith("attention_1.png") for n in names)
+    assert any(n.endswith("attention_1.csv") for n in names)
 
 
 def test_terminal_output_is_short(pipeline: dict[str, Any]) -> None:
@@ -166,11 +179,13 @@ def test_mlflow_holds_one_run_per_experiment(pipeline: dict[str, Any]) -> None:
         hyps = {a.path for a in client.list_artifacts(run.info.run_id, "hypotheses")}
         assert {f"hypotheses/{t}.txt" for t in exp["test_sets"]} <= hyps
         figures = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}
+        attention = {f"figures/attention_{i}.{ext}" for i in (1, 2, 3) for ext in ("png", "csv")}
         assert figures == {
             "figures/learning_curve.png",  # the train stage's, from the MLflow history
             "figures/learning_curves.png",  # the report's (evaluation/figures.py), and data
             "figures/learning_curves.csv",
             "figures/multi30k_en-de",  # the pair's figure
+            *attention,
         }
         assert params["data.vocab_size"] == str(
             pipeline["config"]["data"]["multi30k"]["en-de"]["vocab_size"]
@@ -196,7 +211,7 @@ def test_changing_a_training_value_reruns_training_and_downstream_only(
     # score of its one test set; the shared report.
     assert jobs == {
         "train_config": 1, "train": 1, "average": 1, "register": 1, "translate": 1, "score": 1,
-        "report": 1, "all": 1, "total": 8,
+        "attention_maps": 1, "report": 1, "all": 1, "total": 9,
     }  # fmt: skip
 
 
@@ -208,7 +223,8 @@ def test_changing_a_search_value_reruns_translation_and_scoring_only(
     jobs = _planned_jobs(_snakemake(pipeline["workdir"], config, "-n"))
     # the registered MLflow model carries the search settings too
     assert jobs == {
-        "translate": 2, "score": 2, "register": 1, "report": 1, "all": 1, "total": 7,
+        "translate": 2, "score": 2, "register": 1, "attention_maps": 1, "report": 1, "all": 1,
+        "total": 8,
     }  # fmt: skip
 
 

@@ -4,6 +4,12 @@ Sentences are batched by tokens (sorted by length so that a batch holds similar 
 little padding, each batch at most ``max_tokens`` source tokens counting padding), searched with
 ``search.beam_search`` and returned in input order. Empty input lines give empty output lines
 without running the model.
+
+``Translator.translate_with_attention`` also returns, per sentence, the encoder-decoder attention
+of the best hypothesis, recomputed by teacher forcing (the model fed BOS + the hypothesis):
+one row per target subword (EOS included), one column per source subword (EOS included), one
+matrix per head of the chosen decoder layer. ``SentenceAttention.alignment`` turns the head
+average into hard word alignments in Pharaoh ``i-j`` format (docs/interfaces.md).
 """
 
 from __future__ import annotations
@@ -11,13 +17,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from transformer_nmt.checkpoints import experiment_mismatch, load_model_file
-from transformer_nmt.data.batch import source_batch
+from transformer_nmt.data.batch import flatten, pad_flat, source_batch
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, load_vocab_info
 from transformer_nmt.errors import CheckpointError, ConfigError
 from transformer_nmt.io_utils import sha256_file
@@ -30,6 +37,74 @@ log = logging.getLogger(__name__)
 # there because that module pulls in Lightning (tests/test_translation.py checks they agree).
 AVERAGED_MODEL = "averaged.pt"
 SUMMARY_FILE = "train_summary.json"
+
+EOS_PIECE = "</s>"  # the row/column of the EOS symbol in attention matrices
+WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a whitespace-separated word
+
+
+def word_index(pieces: Sequence[str]) -> list[int]:
+    """The word each SentencePiece piece belongs to (0-based): a piece starting with "▁"
+    begins a new word, any other piece continues the current one (the first piece is word 0
+    whatever it starts with). These are the whitespace-separated words of the detokenised
+    text (of the source after SentencePiece's normalisation, which collapses whitespace)."""
+    words, current = [], -1
+    for piece in pieces:
+        if piece.startswith(WORD_START) or current < 0:
+            current += 1
+        words.append(current)
+    return words
+
+
+@dataclass(frozen=True)
+class SentenceAttention:
+    """One sentence's translation and its encoder-decoder attention (teacher forced).
+
+    ``src_tokens``/``tgt_tokens``: SentencePiece pieces, each ending with ``</s>`` (empty for an
+    empty input line); ``weights`` [h, T, S] float32: per head of the chosen decoder layer, row
+    t = target token t, column s = source token s; each row sums to 1.
+    """
+
+    source: str
+    translation: str
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    weights: np.ndarray  # [h, T, S]
+
+    @property
+    def averaged(self) -> np.ndarray:
+        """The head average [T, S] (what ``Transformer.decode`` returns by default)."""
+        return self.weights.mean(axis=0) if self.weights.size else np.zeros((0, 0), np.float32)
+
+    def alignment(self) -> list[tuple[int, int]]:
+        """Hard word alignments (source word i, target word j), sorted: each target subword is
+        aligned to the source subword it attends to most (head average, argmax; the EOS row and
+        column left out), and two words are aligned when any of their subwords are (as
+        awesome-align turns subword alignments into word alignments)."""
+        n_tgt, n_src = len(self.tgt_tokens) - 1, len(self.src_tokens) - 1  # without EOS
+        if n_tgt < 1 or n_src < 1:
+            return []
+        best = self.averaged[:n_tgt, :n_src].argmax(axis=1)  # [T-1] source subword per target
+        src_words = word_index(self.src_tokens[:n_src])
+        tgt_words = word_index(self.tgt_tokens[:n_tgt])
+        return sorted({(src_words[s], tgt_words[t]) for t, s in enumerate(best.tolist())})
+
+    def pharaoh(self) -> str:
+        """``alignment()`` in Pharaoh format: ``i-j`` pairs separated by spaces (0-based,
+        source first), as fast_align and awesome-align write them."""
+        return " ".join(f"{i}-{j}" for i, j in self.alignment())
+
+    def to_json(self, decimals: int = 4) -> str:
+        """One JSON line: source, translation, the tokens, the head-averaged ``attention``
+        matrix (rounded, rows = ``tgt_tokens``) and the Pharaoh ``alignment``."""
+        record = {
+            "source": self.source,
+            "translation": self.translation,
+            "src_tokens": self.src_tokens,
+            "tgt_tokens": self.tgt_tokens,
+            "attention": np.round(self.averaged.astype(np.float64), decimals).tolist(),
+            "alignment": self.pharaoh(),
+        }
+        return json.dumps(record, ensure_ascii=False)
 
 
 def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
@@ -135,6 +210,66 @@ class Translator:
             alpha=s.alpha, max_len_b=s.max_len_b, nbest=s.nbest,
         )  # fmt: skip
 
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        """SentencePiece pieces of ``ids`` followed by ``</s>`` (the EOS the model sees)."""
+        return [self.sp.id_to_piece(int(i)) for i in ids] + [EOS_PIECE]
+
+    @torch.inference_mode()
+    def cross_attention(
+        self,
+        sources: Sequence[np.ndarray],
+        targets: Sequence[Sequence[int]],
+        layer: int = -1,
+    ) -> list[np.ndarray]:
+        """Teacher-forced encoder-decoder attention of decoder ``layer`` (default the last) for
+        (source, target) token sequences (no BOS/EOS): per pair [h, len(target) + 1,
+        len(source) + 1] float32 (rows: target tokens then EOS; columns: source tokens then
+        EOS)."""
+        src = source_batch(sources).to(self.device)  # [B, S] = x EOS, padded
+        tgt = [np.asarray(t, dtype=np.int64) for t in targets]
+        tgt_in = torch.from_numpy(pad_flat(*flatten(tgt), prefix=BOS_ID)).to(self.device)
+        _, weights = self.model.decode(
+            tgt_in, self.model.encode(src), return_attention=True, attention_layer=layer,
+            average_heads=False,
+        )  # fmt: skip
+        weights = weights.float().cpu().numpy()  # [B, h, T, S]
+        return [
+            weights[b, :, : len(t) + 1, : len(s) + 1]
+            for b, (s, t) in enumerate(zip(sources, tgt, strict=True))
+        ]
+
+    def translate_with_attention(
+        self,
+        lines: Sequence[str],
+        layer: int = -1,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[SentenceAttention]:
+        """Translate ``lines`` (best hypothesis) and return each with the cross-attention of
+        decoder ``layer`` per head (``SentenceAttention``), in input order."""
+        encoded = [self.encode(line) if line.strip() else None for line in lines]
+        empty = np.zeros((self.model.cfg.h, 0, 0), dtype=np.float32)
+        results = [SentenceAttention(line, "", [], [], empty) for line in lines]
+        todo = [i for i, ids in enumerate(encoded) if ids is not None]
+        lengths = [len(encoded[i]) for i in todo]
+        for batch in token_batches(lengths, self.settings.max_tokens):
+            indices = [todo[j] for j in batch]
+            sources = [encoded[i] for i in indices]
+            best = [nbest[0] for nbest in self.search(sources)]
+            weights = self.cross_attention(sources, [h.tokens for h in best], layer)
+            for i, hyp, w in zip(indices, best, weights, strict=True):
+                results[i] = SentenceAttention(
+                    source=lines[i],
+                    translation=self.decode(hyp.tokens),
+                    src_tokens=self.pieces(encoded[i]),
+                    tgt_tokens=self.pieces(hyp.tokens),
+                    weights=w,
+                )
+            if progress is not None:
+                progress(len(indices))
+        if progress is not None and len(todo) < len(lines):
+            progress(len(lines) - len(todo))
+        return results
+
     def translate(self, lines: Sequence[str]) -> list[str]:
         """Translate ``lines``: one translation per line (the best hypothesis), in order."""
         return [nbest[0][0] for nbest in self.translate_nbest(lines)]
@@ -211,6 +346,22 @@ def format_output(
         else:
             for text, score in hyps:
                 yield f"{i} ||| {text.replace(chr(10), ' ')} ||| {score:.6f}"
+
+
+ATTENTION_FORMATS = ("json", "alignment")
+
+
+def format_attention(results: Iterable[SentenceAttention], kind: str) -> Iterator[str]:
+    """One line per sentence: ``json``: ``SentenceAttention.to_json()``; ``alignment``:
+    ``translation ||| i-j ...`` (Marian's ``--alignment`` layout: the translation, then the
+    Pharaoh word alignments)."""
+    if kind not in ATTENTION_FORMATS:
+        raise ConfigError(f"attention format must be one of {list(ATTENTION_FORMATS)}: {kind!r}")
+    for record in results:
+        if kind == "json":
+            yield record.to_json()
+        else:
+            yield f"{record.translation.replace(chr(10), ' ')} ||| {record.pharaoh()}"
 
 
 ENGINES = ("torch", "ctranslate2")

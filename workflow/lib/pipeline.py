@@ -42,6 +42,9 @@ AVERAGED_MODEL = RUN_DIR + "/averaged.pt"
 MLFLOW_MODEL = RUN_DIR + "/mlflow_model.json"  # the registered MLflow model's URIs
 HYPOTHESES = RUN_DIR + "/{test_set}.hyp"
 SCORES = RUN_DIR + "/{test_set}.scores.json"
+RUN_FIGURES_DIR = RUN_DIR + "/figures"  # every PNG here is a figure of the run (report, MLflow)
+ATTENTION_MAP = RUN_FIGURES_DIR + "/attention_{line}.png"  # line: 1-based line of the test set
+ATTENTION_MAP_CSV = RUN_FIGURES_DIR + "/attention_{line}.csv"  # the figure's numbers
 REPORT = "results/report.md"
 FIGURES_DIR = "results/figures"  # the report's figures: runs/{experiment}/, pairs/{D}_{P}/
 
@@ -287,6 +290,22 @@ class Pipeline:
             f"--beam {search['beam']} --alpha {search['alpha']}"
             f" --max-len-b {search['max_len_b']} --max-tokens {search['max_tokens']}"
         )
+
+    def attention_map_lines(self) -> list[int]:
+        """Lines 1..N (``attention_map_sentences``, default 3) of each experiment's first test
+        set get an attention map."""
+        return list(range(1, int(self.config.get("attention_map_sentences", 3)) + 1))
+
+    def attention_map_source(self, name: str) -> str:
+        return self.test_file(name, self.experiment(name)["test_sets"][0], "src")
+
+    def all_attention_maps(self) -> list[str]:
+        return [
+            template.format(experiment=name, line=line)
+            for name in self.experiments()
+            for line in self.attention_map_lines()
+            for template in (ATTENTION_MAP, ATTENTION_MAP_CSV)
+        ]
 
     def all_registered_models(self) -> list[str]:
         return [MLFLOW_MODEL.format(experiment=name) for name in self.experiments()]

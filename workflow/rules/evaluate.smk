@@ -74,9 +74,55 @@ rule score:
         " --tgt-lang {params.tgt} --out {output.scores:q} {params.tracking} > {log:q} 2>&1"
 
 
+rule attention_maps:
+    # the last decoder layer's encoder-decoder attention (every head and their mean) of the
+    # first lines of the experiment's first test set: PNG + CSV each, also MLflow artifacts
+    input:
+        model=rules.average.output.model,
+        spm=lambda wc: pipeline.spm_model(wc.experiment),
+        src=lambda wc: pipeline.attention_map_source(wc.experiment),
+    output:
+        figures=[
+            report(
+                paths.ATTENTION_MAP.replace("{line}", str(line)),
+                caption="../report/attention_map.rst",
+                category="Attention maps",
+                subcategory="{experiment}",
+                labels={"experiment": "{experiment}", "test line": str(line), "file": "PNG"},
+            )
+            for line in pipeline.attention_map_lines()
+        ],
+        tables=[
+            report(
+                paths.ATTENTION_MAP_CSV.replace("{line}", str(line)),
+                caption="../report/attention_map.rst",
+                category="Attention maps",
+                subcategory="{experiment}",
+                labels={"experiment": "{experiment}", "test line": str(line), "file": "CSV"},
+            )
+            for line in pipeline.attention_map_lines()
+        ],
+    log:
+        "logs/attention_maps/{experiment}.log",
+    benchmark:
+        "results/benchmarks/attention_maps/{experiment}.tsv"
+    conda:
+        "../../environment.yml"
+    params:
+        lines=" ".join(str(line) for line in pipeline.attention_map_lines()),
+        out_dir=lambda wc: paths.RUN_FIGURES_DIR.format(experiment=wc.experiment),
+        search=lambda wc: pipeline.search_flags(wc.experiment),
+        tracking=lambda wc: pipeline.tracking_flags(wc.experiment),
+    shell:
+        "python -m transformer_nmt attention-maps --model {input.model:q}"
+        " --spm-model {input.spm:q} --input {input.src:q} --lines {params.lines}"
+        " --out-dir {params.out_dir:q} {params.search} {params.tracking} > {log:q} 2>&1"
+
+
 rule report:
     input:
-        pipeline.all_scores(),
+        scores=pipeline.all_scores(),
+        figures=pipeline.all_attention_maps(),
     output:
         report=report(
             paths.REPORT,
@@ -103,6 +149,6 @@ rule report:
     params:
         experiments=paths.canonical_json(pipeline.report_experiments()),
     shell:
-        "python -m transformer_nmt report --scores {input:q} --runs-dir results/runs"
+        "python -m transformer_nmt report --scores {input.scores:q} --runs-dir results/runs"
         " --out {output.report:q} --figures-dir {output.figures:q}"
         " --experiments {params.experiments:q} --mlflow > {log:q} 2>&1"

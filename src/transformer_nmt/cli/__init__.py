@@ -27,6 +27,10 @@ STAGES: dict[str, tuple[str, str]] = {
     "average": ("average", "average the last K checkpoints into one model file"),
     "translate": ("translate", "beam-search translate a file (or stdin) with a trained model"),
     "export-ct2": ("export_ct2", "convert a model file into a CTranslate2 model directory"),
+    "attention-maps": (
+        "attention_maps",
+        "draw the encoder-decoder attention of test sentences (PNG + CSV per sentence)",
+    ),
     "score": ("score", "score hypotheses against references with sacreBLEU"),
     "report": ("report", "aggregate every experiment's scores into a report"),
     "register": ("register", "log a trained experiment as an MLflow model and register it"),

@@ -3,6 +3,10 @@
 Input lines end at ``\n`` only (``io_utils.read_lines`` / ``stream_line_batches``): output line
 i is the translation of input line i. Stdin is translated as it arrives, in batches of at most
 ``--stdin-batch`` lines (fewer when the input pauses), each written and flushed at once.
+
+``--print-attention`` / ``--print-alignment`` replace each output line by a JSON line with the
+tokens and the last decoder layer's encoder-decoder attention, or by ``translation ||| i-j ...``
+(Pharaoh word alignments); still one line per input line (docs/interfaces.md).
 """
 
 from __future__ import annotations
@@ -85,6 +89,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="stdin: translate (and write) at most N lines at a time, or fewer when the input "
         f"pauses, so piped input is translated as it arrives ({STDIN_BATCH})",
     )
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--print-attention",
+        dest="attention_format",
+        action="store_const",
+        const="json",
+        help="write per input line a JSON object instead of the translation: source, "
+        "translation, src_tokens and tgt_tokens (SentencePiece pieces, each ending with </s>), "
+        "attention (the last decoder layer's encoder-decoder attention averaged over heads, "
+        "teacher forced on the translation: one row per tgt_token, one column per src_token) "
+        "and alignment (as --print-alignment)",
+    )
+    shown.add_argument(
+        "--print-alignment",
+        dest="attention_format",
+        action="store_const",
+        const="alignment",
+        help="write per input line 'translation ||| i-j ...': hard word alignments in Pharaoh "
+        "format (0-based source word i, target word j; fast_align/awesome-align), each target "
+        "subword aligned to the source subword it attends to most (head average of the last "
+        "layer, EOS left out)",
+    )
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda:0")
     parser.add_argument(
         "--engine",
@@ -103,10 +129,16 @@ def run(args: argparse.Namespace) -> int:
     settings = search_settings(args)
     if args.stdin_batch < 1:
         raise ConfigError(f"--stdin-batch must be >= 1, got {args.stdin_batch}")
+    attention = getattr(args, "attention_format", None)
+    if attention is not None and (args.engine != "torch" or settings.nbest != 1):
+        flag = "--print-attention" if attention == "json" else "--print-alignment"
+        raise ConfigError(f"{flag} needs --engine torch and --nbest 1")
     if args.input is None and args.output is None and sys.stdin.isatty():
         translator = open_translator(args.engine, args.model, args.spm_model, settings, args.device)
         print("Type a sentence per line (Ctrl-D to end).", file=sys.stderr)
-        _translate_stream(translator, _stdin_batches(args), sys.stdout, progress=None)
+        _translate_stream(
+            translator, _stdin_batches(args), sys.stdout, progress=None, attention=attention
+        )
         return 0
 
     name = Path(args.output).stem if args.output else "stdin"
@@ -127,9 +159,9 @@ def run(args: argparse.Namespace) -> int:
         started = time.monotonic()
         if args.output:
             with atomic_open(args.output) as handle:
-                count = _translate_stream(translator, batches, handle, progress)
+                count = _translate_stream(translator, batches, handle, progress, attention)
         else:
-            count = _translate_stream(translator, batches, sys.stdout, progress)
+            count = _translate_stream(translator, batches, sys.stdout, progress, attention)
         seconds = time.monotonic() - started
         if progress is not None:
             progress.close()
@@ -161,15 +193,22 @@ def _translate_stream(
     batches: Iterable[list[str]],
     out: TextIO,
     progress: Progress | None,
+    attention: str | None = None,
 ) -> int:
     """Translate each batch of lines as it comes and write (and flush) its translations before
-    the next batch is read; returns the number of lines."""
-    from transformer_nmt.translation import format_output
+    the next batch is read; returns the number of lines. ``attention``: None (translations),
+    or a ``translation.ATTENTION_FORMATS`` kind."""
+    from transformer_nmt.translation import format_attention, format_output
 
     count = 0
     for lines in batches:
-        results = translator.translate_nbest(lines, progress)
-        for line in format_output(results, translator.settings.nbest, start=count):
+        if attention is not None:
+            records = translator.translate_with_attention(lines, progress=progress)
+            formatted = format_attention(records, attention)
+        else:
+            results = translator.translate_nbest(lines, progress)
+            formatted = format_output(results, translator.settings.nbest, start=count)
+        for line in formatted:
             out.write(line + "\n")
         out.flush()
         count += len(lines)

@@ -7,6 +7,13 @@ dropped per reason, modified). All outputs are first written into a temporary di
 
 Memory stays bounded for 36M-pair corpora: pairs are streamed; exact-duplicate removal keeps an
 8-byte hash per candidate pair (a second pass then copies the first occurrences).
+
+Data provenance: for every validation and test set the report also counts the sentences whose
+source, target or (source, target) pair also occurs in the (cleaned) training data, compared
+after ``overlap_key`` normalisation (NFKC, lowercase, whitespace runs collapsed to one space,
+ends stripped), and lists their line numbers (1-based, the first ``OVERLAP_LINES``): under
+``splits.<split>.train_overlap``. Empty lines never count. Only the evaluation sentences are
+held in memory; the training data is streamed once.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import logging
 import os
 import shutil
 import tempfile
+import unicodedata
 from array import array
 from collections.abc import Iterator
 from itertools import zip_longest
@@ -34,6 +42,9 @@ from transformer_nmt.io_utils import write_json
 log = logging.getLogger(__name__)
 
 REPORT_NAME = "clean_report.json"
+OVERLAP_LINES = 100  # line numbers listed per split and kind; the counts are always complete
+OVERLAP_KINDS = ("source", "target", "pair")
+OVERLAP_NORMALISATION = "NFKC, lowercase, whitespace collapsed"
 
 
 def read_pairs(raw_dir: Path, corpus: Corpus, src: str, tgt: str) -> Iterator[tuple[str, str]]:
@@ -160,6 +171,58 @@ def _split_report(counts: dict[str, CorpusCounts], filtered: bool) -> dict[str, 
     return total
 
 
+def overlap_key(line: str) -> str:
+    """The form in which evaluation and training sentences are compared: Unicode NFKC,
+    lowercased, whitespace runs collapsed to one space and the ends stripped."""
+    return " ".join(unicodedata.normalize("NFKC", line).lower().split())
+
+
+def train_overlap(
+    text_dir: Path, src: str, tgt: str, eval_splits: list[str]
+) -> dict[str, dict[str, Any]]:
+    """Per evaluation split of ``text_dir`` (``{split}.{lang}`` files): how many of its
+    sentences have their source, target or pair in ``train.{src}``/``train.{tgt}`` after
+    ``overlap_key``, with the first ``OVERLAP_LINES`` line numbers (1-based) of each kind."""
+    keys: dict[str, list[tuple[str, str]]] = {}
+    for split in eval_splits:
+        with (
+            _open_text(text_dir / f"{split}.{src}", "r") as fs,
+            _open_text(text_dir / f"{split}.{tgt}", "r") as ft,
+        ):
+            keys[split] = [(overlap_key(s), overlap_key(t)) for s, t in zip(fs, ft, strict=True)]
+    wanted_src = {s for pairs in keys.values() for s, _ in pairs if s}
+    wanted_tgt = {t for pairs in keys.values() for _, t in pairs if t}
+    wanted_pair = {p for pairs in keys.values() for p in pairs if p[0] and p[1]}
+    seen_src, seen_tgt, seen_pair = set(), set(), set()
+    with (
+        _open_text(text_dir / f"train.{src}", "r") as fs,
+        _open_text(text_dir / f"train.{tgt}", "r") as ft,
+    ):
+        for s, t in zip(fs, ft, strict=True):
+            s, t = overlap_key(s), overlap_key(t)
+            if s in wanted_src:
+                seen_src.add(s)
+            if t in wanted_tgt:
+                seen_tgt.add(t)
+                if (s, t) in wanted_pair:
+                    seen_pair.add((s, t))
+    result = {}
+    for split, pairs in keys.items():
+        lines: dict[str, list[int]] = {kind: [] for kind in OVERLAP_KINDS}
+        for n, (s, t) in enumerate(pairs, 1):
+            for kind, hit in zip(
+                OVERLAP_KINDS, (s in seen_src, t in seen_tgt, (s, t) in seen_pair), strict=True
+            ):
+                if hit:
+                    lines[kind].append(n)
+        result[split] = {
+            "sentences": len(pairs),
+            **{kind: len(lines[kind]) for kind in OVERLAP_KINDS},
+            "lines": {kind: lines[kind][:OVERLAP_LINES] for kind in OVERLAP_KINDS},
+        }
+    return result
+
+
 def prepare_pair(
     dataset: Dataset,
     pair_name: str,
@@ -196,6 +259,18 @@ def prepare_pair(
                 report["splits"][split]["read"],
                 report["splits"][split]["kept"],
             )
+        eval_splits = [split for split in pair.splits if split != "train"]
+        if "train" in pair.splits and eval_splits:
+            overlap = train_overlap(tmp_dir, pair.src, pair.tgt, eval_splits)
+            report["overlap_normalisation"] = OVERLAP_NORMALISATION
+            report["overlap_lines_listed"] = OVERLAP_LINES
+            for split, counts in overlap.items():
+                report["splits"][split]["train_overlap"] = counts
+                log.info(
+                    "%s: %d/%d pairs also in train (source %d, target %d)",
+                    split, counts["pair"], counts["sentences"], counts["source"],
+                    counts["target"],
+                )  # fmt: skip
         write_json(tmp_dir / REPORT_NAME, report)
         for path in sorted(tmp_dir.iterdir()):
             os.replace(path, out_dir / path.name)

@@ -3,6 +3,9 @@
 Score files are ``results/runs/{experiment}/{test_set}.scores.json`` (written by ``score``); the
 experiment and test set names come from the path. What each experiment is (dataset, pair,
 preset) comes from the config, so the paper's number can be put beside the WMT14 rows.
+Beside each score, the test set's overlap with the training data comes from the pair's cleaning
+report ``results/data/{dataset}/{pair}/clean_report.json`` (``splits.<test set>.train_overlap``,
+written by ``prepare``), found from the scores file's place in ``results/runs/``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ SCORES_SUFFIX = ".scores.json"
 # reports of other configs) and the dev-set choice of averaged checkpoints (average --last auto).
 EXPERIMENT_FILE = "experiment.json"
 SELECTION_FILE = "average_selection.json"
+CLEAN_REPORT = "clean_report.json"  # data.prepare.REPORT_NAME (not imported: numpy-free module)
 
 # Vaswani et al. 2017, Table 2: BLEU on newstest2014 (tokenized, compound-split; see score.py).
 # Keyed by (dataset, pair, preset). EN-FR big is 41.8 in the final version (41.0 in arXiv v1).
@@ -95,16 +99,42 @@ def load_row(path: str | Path, experiments: Mapping[str, Mapping[str, Any]]) -> 
     )
 
 
+def train_overlap_cell(score_path: Path, row: ReportRow) -> str:
+    """ "pair 12/1000 (src 30, tgt 25)": the row's test sentences whose pair, source or target
+    also occur in the training data, from ``<results>/data/<dataset>/<pair>/clean_report.json``
+    (``<results>/runs/<experiment>/<test_set>.scores.json`` locates ``<results>``); "—" when
+    the dataset is unknown or the report has no overlap for the test set."""
+    if row.dataset is None or row.pair is None:
+        return "—"
+    path = score_path.parent.parent.parent / "data" / row.dataset / row.pair / CLEAN_REPORT
+    if not path.is_file():
+        return "—"
+    try:
+        overlap = json.loads(path.read_text(encoding="utf-8"))["splits"][row.test_set]
+        overlap = overlap.get("train_overlap")
+        if overlap is None:
+            return "—"
+        return (
+            f"pair {int(overlap['pair'])}/{int(overlap['sentences'])} "
+            f"(src {int(overlap['source'])}, tgt {int(overlap['target'])})"
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise DataError(f"{path}: no train_overlap for {row.test_set} ({err!r})") from err
+
+
 def _fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}"
 
 
 def render_report(
-    rows: Iterable[ReportRow], selections: Mapping[str, Mapping[str, Any]] | None = None
+    rows: Iterable[ReportRow],
+    selections: Mapping[str, Mapping[str, Any]] | None = None,
+    overlaps: Mapping[tuple[str, str], str] | None = None,
 ) -> str:
     """Markdown: one table row per experiment × test set, the checkpoint-averaging choices made
     on the dev set (``selections``: experiment -> ``average_selection.json``), then the metric
-    signatures."""
+    signatures. ``overlaps``: (experiment, test set) -> ``train_overlap_cell``."""
+    overlaps = overlaps or {}
     rows = sorted(rows, key=lambda r: (r.experiment, r.test_set))
     if not rows:
         raise DataError("no scores to report")
@@ -117,11 +147,13 @@ def render_report(
         "(tensor2tensor `get_ende_bleu.sh`); *paper* is Vaswani et al. 2017, Table 2, on "
         f"{PAPER_TEST_SET}. *lc tok. BLEU* is lowercased tokenized BLEU, the kind the Multi30k "
         "literature reports (every letter lowercased, also non-ASCII; `multi-bleu.perl -lc` "
-        "lowercases ASCII only, so it is close but not equal).",
+        "lowercases ASCII only, so it is close but not equal). *train overlap*: test sentences "
+        "whose (source, target) pair also occurs in the training data, and how many sources and "
+        "targets do (NFKC, lowercased, whitespace collapsed; lines listed in clean_report.json).",
         "",
         "| experiment | data | preset | test set | sentences | BLEU | chrF | tok. BLEU | paper "
-        "| lc tok. BLEU |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| lc tok. BLEU | train overlap |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         data = f"{r.dataset} {r.pair}" if r.dataset and r.pair else "—"
@@ -129,7 +161,8 @@ def render_report(
             f"| {r.experiment} | {data} | {r.preset or '—'} | {r.test_set} | {r.sentences} "
             f"| {_fmt(r.scores['bleu'])} | {_fmt(r.scores['chrf'])} "
             f"| {_fmt(r.scores['bleu_paper'])} | {_fmt(r.paper_bleu)} "
-            f"| {_fmt(r.scores['bleu_lc_tok'])} |"
+            f"| {_fmt(r.scores['bleu_lc_tok'])} "
+            f"| {overlaps.get((r.experiment, r.test_set), '—')} |"
         )
     if selections:
         lines += [
@@ -205,7 +238,11 @@ def build_report(
         if key in seen:
             raise DataError(f"scores for {key[0]} / {key[1]} given twice")
         seen[key] = row
-    return render_report(rows, selections)
+    overlaps = {
+        (r.experiment, r.test_set): train_overlap_cell(p, r)
+        for p, r in zip(paths, rows, strict=True)
+    }
+    return render_report(rows, selections, overlaps)
 
 
 def render_figures(figures: ReportFigures, report_dir: str | Path) -> str:

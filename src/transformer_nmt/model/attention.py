@@ -63,11 +63,13 @@ class MultiHeadAttention(nn.Module):
         v: torch.Tensor,
         attn_mask: AttentionMask = None,
         need_weights: bool = False,
+        average_heads: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from queries ``x_q`` [B, L_q, d_model] to projected keys/values.
 
         Returns the output [B, L_q, d_model] and, when ``need_weights``, the attention weights
-        averaged over heads [B, L_q, L_k] (computed explicitly: SDPA does not return them).
+        softmax(Q K^T / sqrt(d_k)) (computed explicitly: SDPA does not return them), averaged
+        over heads [B, L_q, L_k], or per head [B, h, L_q, L_k] when not ``average_heads``.
         """
         q = self._split(self.w_q(x_q), self.d_k)  # [B, h, L_q, d_k]
         p = self.p_drop_attn if self.training else 0.0
@@ -86,7 +88,9 @@ class MultiHeadAttention(nn.Module):
                 attn_mask = torch.ones_like(scores[0, 0], dtype=torch.bool).tril()
             if attn_mask is not None:
                 scores = scores.masked_fill(~attn_mask, float("-inf"))
-            weights = scores.softmax(dim=-1).mean(dim=1)  # [B, L_q, L_k], averaged over heads
+            weights = scores.softmax(dim=-1)  # [B, h, L_q, L_k]
+            if average_heads:
+                weights = weights.mean(dim=1)  # [B, L_q, L_k]
         return self.w_o(out), weights
 
     def forward(
@@ -95,6 +99,7 @@ class MultiHeadAttention(nn.Module):
         x_kv: torch.Tensor,
         attn_mask: AttentionMask = None,
         need_weights: bool = False,
+        average_heads: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         k, v = self.project_kv(x_kv)
-        return self.attend(x_q, k, v, attn_mask, need_weights)
+        return self.attend(x_q, k, v, attn_mask, need_weights, average_heads)

@@ -111,8 +111,10 @@ class DecoderLayer(nn.Module):
         cross_attn_mask: AttentionMask,
         cache: LayerCache | None = None,
         need_weights: bool = False,
+        average_heads: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``x`` [B, T, d_model] -> ([B, T, d_model], cross-attention weights [B, T, S] or None).
+        """``x`` [B, T, d_model] -> ([B, T, d_model], cross-attention weights or None): averaged
+        over heads [B, T, S], or per head [B, h, T, S] when not ``average_heads``.
 
         With ``cache`` the new positions' keys/values are appended to the layer's cache and the
         queries attend to every cached position (no mask needed: the past is all there is).
@@ -131,7 +133,7 @@ class DecoderLayer(nn.Module):
 
         def cross_attention(y: torch.Tensor) -> torch.Tensor:
             out, weights[0] = self.cross_attn.attend(
-                y, cross_k, cross_v, cross_attn_mask, need_weights
+                y, cross_k, cross_v, cross_attn_mask, need_weights, average_heads
             )
             return out
 

@@ -192,12 +192,17 @@ class Transformer(nn.Module):
         enc: EncoderOutput,
         return_attention: bool = False,
         last_only: bool = False,
+        attention_layer: int = -1,
+        average_heads: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``tgt_in`` [B, T] (BOS y_1 ... , padded) -> (logits [B, T, V_tgt], attention or None).
 
-        The attention is the last decoder layer's encoder-decoder attention averaged over heads,
-        [B, T, S], returned only when ``return_attention``. ``last_only`` projects only the last
-        position to the vocabulary (logits [B, 1, V_tgt]; search without the cache).
+        The attention is decoder layer ``attention_layer``'s (default the last; negative counts
+        from the end) encoder-decoder attention, averaged over heads [B, T, S] or per head
+        [B, h, T, S] when not ``average_heads``; returned only when ``return_attention``. Row t
+        is the attention while predicting the token after ``tgt_in[:, t]`` (teacher forcing: fed
+        BOS + a hypothesis, the rows belong to its tokens and EOS). ``last_only`` projects only
+        the last position to the vocabulary (logits [B, 1, V_tgt]; search without the cache).
         """
         # Position i attends to keys j <= i (§3.2.3). With right padding those are all real
         # tokens for a real position i; padding positions' outputs are never used.
@@ -205,17 +210,25 @@ class Transformer(nn.Module):
         cross_mask = enc.attn_mask()
         x = self.embed_target(tgt_in)
         weights = None
-        last = len(self.decoder_layers) - 1
+        n_layers = len(self.decoder_layers)
+        if not -n_layers <= attention_layer < n_layers:
+            raise ConfigError(
+                f"attention_layer {attention_layer} out of range for {n_layers} decoder layers"
+            )
+        chosen = attention_layer % n_layers
         for i, layer in enumerate(self.decoder_layers):
             cross_k, cross_v = layer.cross_attn.project_kv(enc.memory)
-            x, weights = layer(
+            x, layer_weights = layer(
                 x,
                 cross_k,
                 cross_v,
                 self_mask,
                 cross_mask,
-                need_weights=return_attention and i == last,
+                need_weights=return_attention and i == chosen,
+                average_heads=average_heads,
             )
+            if i == chosen:
+                weights = layer_weights
         if last_only:
             x = x[:, -1:]  # [B, 1, d_model]
         if self.decoder_norm is not None:
