@@ -147,8 +147,11 @@ def test_average_cli_last_k_and_inputs(tmp_path: Path, capsys: pytest.CaptureFix
         for s in (10, 20, 30, 40)
     }
     out = tmp_path / "averaged.pt"
+    stale = tmp_path / "average_selection.json"  # left by an earlier `--last auto`
+    stale.write_text('{"best_k": 20}')
     argv = ["average", "--checkpoint-dir", str(ckpt_dir), "--last", "2", "--out", str(out)]
     assert main(argv) == 0
+    assert not stale.exists()  # it described another model
     model, meta = ck.load_model_file(out)
     assert meta["step"] == 40
     assert meta["source_checkpoints"] == ["step=00000030.ckpt", "step=00000040.ckpt"]

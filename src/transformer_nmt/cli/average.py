@@ -107,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
         if args.last == AUTO:
             num_averaged = _select_on_dev(args, paths, mlrun, max(steps))
         else:
+            # a table from an earlier --last auto would describe another model: the report and
+            # its figure must not show it beside this one
+            (args.out.parent / SELECTION_FILE).unlink(missing_ok=True)
             state = average_checkpoints(paths)
             save_model_file(
                 args.out,
