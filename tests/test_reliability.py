@@ -153,38 +153,42 @@ def test_a_killed_then_resumed_run_has_one_point_per_step_and_both_attempt_logs(
     original = TranslationModule.training_step
 
     def killed(self, batch, batch_idx):
-        if self.global_step == 8:  # updates 6..8 are logged, not checkpointed (every 5)
-            raise RuntimeError("killed during update 9")
+        if self.global_step == 11:  # update 11 is logged, not checkpointed (every 5)
+            raise RuntimeError("killed during update 12")
         return original(self, batch, batch_idx)
 
     monkeypatch.setattr(TranslationModule, "training_step", killed)
-    with pytest.raises(RuntimeError, match="killed during update 9"):
+    with pytest.raises(RuntimeError, match="killed during update 12"):
         main(argv)
     client = MlflowClient(tracking_uri=uri)
     run_id = json.loads((run / "mlflow_run.json").read_text())["run_id"]
     steps = sorted(m.step for m in client.get_metric_history(run_id, "train/loss"))
-    assert steps == list(range(1, 9))  # the killed attempt's points, past its checkpoint at 5
-    assert [p.name for p in list_checkpoints(run / "checkpoints")] == ["step=00000005.ckpt"]
+    assert steps == list(range(1, 12))  # the killed attempt's points, past its checkpoint
+    checkpoints = [p.name for p in list_checkpoints(run / "checkpoints")]
+    assert checkpoints == ["step=00000005.ckpt", "step=00000010.ckpt"]
 
     monkeypatch.setattr(TranslationModule, "training_step", original)
     assert main(argv) == 0
     summary = json.loads((run / "train_summary.json").read_text())
-    assert summary["resumed_from"] == "step=00000005.ckpt" and summary["mlflow_points_lost"] == 0
+    assert summary["resumed_from"] == "step=00000010.ckpt" and summary["mlflow_points_lost"] == 0
     assert json.loads((run / "mlflow_run.json").read_text())["run_id"] == run_id  # one run
     for key in ("train/loss", "train/lr", "train/tgt_tokens_per_s"):
         steps = sorted(m.step for m in client.get_metric_history(run_id, key))
         assert steps == list(range(1, 13)), key  # no step twice
-    assert sorted(m.step for m in client.get_metric_history(run_id, "val/loss")) == [10]
+    (validation,) = client.get_metric_history(run_id, "val/loss")
+    # measured by the killed attempt after its last checkpoint: still in the summary
+    assert validation.step == 10 and summary["metrics"]["val/step"] == 10
+    assert summary["metrics"]["val/loss"] == pytest.approx(validation.value, rel=1e-6)
 
     # Each attempt's own log survives beside the checkpoints (Snakemake deletes the job's log).
     first, second = sorted((run / "logs").glob("attempt-*.log"))
     assert first.name.startswith("attempt-001-") and second.name.startswith("attempt-002-")
     killed_log = first.read_text()
-    assert "step 8/12" in killed_log and "step 9/12" not in killed_log
-    assert "attempt ended by RuntimeError" in killed_log and "killed during update 9" in killed_log
+    assert "step 11/12" in killed_log and "step 12/12" not in killed_log
+    assert "attempt ended by RuntimeError" in killed_log and "killed during update 12" in killed_log
     assert "GPU available" in killed_log  # Lightning's own lines too
     resumed_log = second.read_text()
-    assert "resuming from" in resumed_log and "step=00000005.ckpt" in resumed_log
+    assert "resuming from" in resumed_log and "step=00000010.ckpt" in resumed_log
     assert "step 12/12" in resumed_log and "wrote " in resumed_log
 
 
