@@ -260,11 +260,14 @@ def test_the_run_directory_identifies_the_run(
     # Checkout b's run directory deleted and made anew: a fresh run, superseding the old one
     # (its points would otherwise mix with the new training's).
     shutil.rmtree(b)
-    with tracking.stage_run("pair", "exp", "train", {"max_steps": 5}, run_dir=b) as run:
+    with tracking.stage_run(  # a reason to start over changes nothing for a fresh run
+        "pair", "exp", "train", {"max_steps": 5}, new_run_reason="other settings", run_dir=b
+    ) as run:
         anew = run.run_id
     assert anew not in (*ids.values(), forced)
     old = _client(store).get_run(ids["b"])
     assert old.data.tags[tracking.SUPERSEDED_BY_TAG] == anew
+    assert "was made anew" in _client(store).get_run(anew).data.tags["mlflow.note.content"]
     assert _client(store).get_run(anew).data.params == {"train.max_steps": "5"}  # nothing copied
     assert len(_runs(store, "pair")) == 4
 

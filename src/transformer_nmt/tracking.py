@@ -298,9 +298,9 @@ def _write_record(run_dir: Path, uri: str, experiment: str, run: Any) -> None:
 
 def _run_of_directory(
     client: Any, uri: str, experiment_id: str, run_name: str, run_dir: Path
-) -> Any:
-    """The MLflow run of the experiment instance in ``run_dir`` (found or created; see the
-    module's docstring). Call under ``_store_lock``."""
+) -> tuple[Any, bool]:
+    """``(run, created)``: the MLflow run of the experiment instance in ``run_dir``, found by
+    its record or created (see the module's docstring). Call under ``_store_lock``."""
     key = str(run_dir.resolve())
     record = _read_record(run_dir)
     run = None
@@ -316,7 +316,7 @@ def _run_of_directory(
             newer = run.data.tags[SUPERSEDED_BY_TAG]
             run = None if newer in seen else _get_run(client, newer)
     if run is not None:
-        return run
+        return run, False
     run = _create_run(client, experiment_id, run_name, {RUN_DIR_TAG: key})
     log.info("MLflow: created run %r (%s) for %s", run_name, run.info.run_id, key)
     # A directory made anew (deleted and rerun): its former run is superseded, not reused.
@@ -329,8 +329,9 @@ def _run_of_directory(
         max_results=100,
     ):
         if old.info.run_id != run.info.run_id and SUPERSEDED_BY_TAG not in old.data.tags:
-            _link(client, old.info.run_id, run.info.run_id, f"{key} has no {RUN_RECORD} of it")
-    return run
+            why = f"the run directory {key} was made anew (its {RUN_RECORD} names no run)"
+            _link(client, old.info.run_id, run.info.run_id, why)
+    return run, True
 
 
 def _link(client: Any, old_id: str, new_id: str, why: str) -> None:
@@ -496,13 +497,14 @@ def stage_run(
         client = _client(uri)
         experiment_id = _get_or_create_experiment(client, uri, experiment)
         if run_dir is not None:
-            run = _run_of_directory(client, uri, experiment_id, run_name, Path(run_dir))
+            run, created = _run_of_directory(client, uri, experiment_id, run_name, Path(run_dir))
         else:
             run = _find_run(client, experiment_id, run_name)
-        if run is None:
-            run = _create_run(client, experiment_id, run_name, {})
-            log.info("MLflow: created run %r (%s) in %r", run_name, run.info.run_id, experiment)
-        else:
+            created = run is None
+            if created:
+                run = _create_run(client, experiment_id, run_name, {})
+                log.info("MLflow: created run %r (%s) in %r", run_name, run.info.run_id, experiment)
+        if not created:  # a fresh run has nothing to supersede
             changed = _changed_params(run.data.params, flat)
             if changed or new_run_reason:
                 run = _supersede(

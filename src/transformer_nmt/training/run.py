@@ -212,7 +212,7 @@ def train_run(
         train_cfg,
         run_dir,
         resolved=resolved,
-        logger=mlflow_logger or False,
+        logger=mlflow_logger if mlflow_logger is not None else False,
         callbacks=callbacks,
         enable_progress_bar=progress_bar,
     )
