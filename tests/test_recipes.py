@@ -146,7 +146,8 @@ def test_slurm_profile_runs_train_as_one_ddp_task_per_gpu(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout + result.stderr
     (train,) = _shell_commands(out, "train")
-    assert "Shell command: srun python -m transformer_nmt train " in train
+    launch = "Shell command: TRANSFORMER_NMT_NOTICE_FD=3 srun python -m transformer_nmt train "
+    assert launch in train
     block = out[out.index("rule train:") :].split("Shell command")[0]
     for resource in ("gpu=8", "nodes=1", "tasks_per_node=8", "mpi=srun", "slurm_partition=gpu"):
         assert resource in block

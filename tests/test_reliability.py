@@ -126,3 +126,109 @@ def test_a_signal_saves_a_checkpoint_and_exits_non_zero_then_resumes(
     assert f"stopped by {name} at step {step} (newest checkpoint: {saved.name})" in text
     assert not (run / "train_summary.json").exists()
     assert main(train_argv(corpus, run, max_steps=step + 5, checkpoint_every_steps=5)) == 0
+
+
+def _tracked(argv: list[str]) -> list[str]:
+    return [*argv, "--mlflow-experiment", "toy_en-de", "--mlflow-run", "tiny"]
+
+
+def test_a_killed_then_resumed_run_has_one_point_per_step_and_both_attempt_logs(
+    corpus: dict[str, Path],  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import json
+    import logging
+
+    from mlflow.tracking import MlflowClient
+
+    from transformer_nmt.training.module import TranslationModule
+
+    caplog.set_level(logging.INFO)  # as the CLI sets it (pytest's handlers come first here)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    run = tmp_path / "run"
+    argv = _tracked(train_argv(corpus, run, max_steps=12, log_every_steps=1))
+    original = TranslationModule.training_step
+
+    def killed(self, batch, batch_idx):
+        if self.global_step == 11:  # update 11 is logged, not checkpointed (every 5)
+            raise RuntimeError("killed during update 12")
+        return original(self, batch, batch_idx)
+
+    monkeypatch.setattr(TranslationModule, "training_step", killed)
+    with pytest.raises(RuntimeError, match="killed during update 12"):
+        main(argv)
+    client = MlflowClient(tracking_uri=uri)
+    run_id = json.loads((run / "mlflow_run.json").read_text())["run_id"]
+    steps = sorted(m.step for m in client.get_metric_history(run_id, "train/loss"))
+    assert steps == list(range(1, 12))  # the killed attempt's points, past its checkpoint
+    checkpoints = [p.name for p in list_checkpoints(run / "checkpoints")]
+    assert checkpoints == ["step=00000005.ckpt", "step=00000010.ckpt"]
+
+    monkeypatch.setattr(TranslationModule, "training_step", original)
+    assert main(argv) == 0
+    summary = json.loads((run / "train_summary.json").read_text())
+    assert summary["resumed_from"] == "step=00000010.ckpt" and summary["mlflow_points_lost"] == 0
+    assert json.loads((run / "mlflow_run.json").read_text())["run_id"] == run_id  # one run
+    for key in ("train/loss", "train/lr", "train/tgt_tokens_per_s"):
+        steps = sorted(m.step for m in client.get_metric_history(run_id, key))
+        assert steps == list(range(1, 13)), key  # no step twice
+    (validation,) = client.get_metric_history(run_id, "val/loss")
+    # measured by the killed attempt after its last checkpoint: still in the summary
+    assert validation.step == 10 and summary["metrics"]["val/step"] == 10
+    assert summary["metrics"]["val/loss"] == pytest.approx(validation.value, rel=1e-6)
+
+    # Each attempt's own log survives beside the checkpoints (Snakemake deletes the job's log).
+    first, second = sorted((run / "logs").glob("attempt-*.log"))
+    assert first.name.startswith("attempt-001-") and second.name.startswith("attempt-002-")
+    killed_log = first.read_text()
+    assert "step 11/12" in killed_log and "step 12/12" not in killed_log
+    assert "attempt ended by RuntimeError" in killed_log and "killed during update 12" in killed_log
+    assert "GPU available" in killed_log  # Lightning's own lines too
+    resumed_log = second.read_text()
+    assert "resuming from" in resumed_log and "step=00000010.ckpt" in resumed_log
+    assert "step 12/12" in resumed_log and "wrote " in resumed_log
+
+
+def test_a_full_disk_under_mlflow_is_one_notice_and_training_goes_on(
+    corpus: dict[str, Path],  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import json
+    import logging
+
+    from mlflow.tracking import MlflowClient
+
+    from transformer_nmt import tracking
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setattr(tracking, "_noticed", set())
+    terminal = tmp_path / "terminal.txt"  # what Snakemake's stderr (descriptor 3) receives
+    fd = os.open(terminal, os.O_WRONLY | os.O_CREAT)
+    monkeypatch.setenv(tracking.NOTICE_FD_ENV, str(fd))
+    refused: list[int] = []
+    healthy = MlflowClient.log_batch
+
+    def full_disk(self, run_id, metrics=(), **kwargs):
+        if metrics:  # params and tags (logged before training) still go in
+            refused.append(len(metrics))
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return healthy(self, run_id, metrics=metrics, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", full_disk)
+    run = tmp_path / "run"
+    with caplog.at_level(logging.WARNING):
+        assert main(_tracked(train_argv(corpus, run, max_steps=10))) == 0
+    os.close(fd)
+    summary = json.loads((run / "train_summary.json").read_text())
+    assert summary["final_step"] == 10
+    assert summary["mlflow_points_lost"] == sum(refused) and len(refused) >= 2
+    (line,) = terminal.read_text().splitlines()
+    assert "MLflow: could not log" in line and "No space left on device" in line
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("could not log" in m and "metric point" in m for m in messages) == 1
+    assert any(f"{sum(refused)} metric point(s) were not logged" in m for m in messages)

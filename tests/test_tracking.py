@@ -204,3 +204,173 @@ def test_shared_params_are_unprefixed_and_a_change_supersedes(store: str) -> Non
         "average.last": "2",
     }  # fmt: skip
     assert "data.vocab_size: '8000' -> '16000'" in new.data.tags["mlflow.note.content"]
+
+
+# --- the run directory identifies the run (issue 11) -------------------------------------------
+
+
+def _record(run_dir: Path) -> dict:
+    import json
+
+    return json.loads((run_dir / tracking.RUN_RECORD).read_text(encoding="utf-8"))
+
+
+def test_the_run_directory_identifies_the_run(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two checkouts on one store with the same experiment names: two runs, each stage of a
+    checkout logs into its own; a forced re-run and a directory made anew get fresh runs."""
+    import shutil
+
+    a = tmp_path / "checkout_a" / "results" / "runs" / "exp"
+    b = tmp_path / "checkout_b" / "results" / "runs" / "exp"
+    ids = {}
+    for name, run_dir in (("a", a), ("b", b)):
+        with tracking.stage_run("pair", "exp", "train", {"max_steps": 5}, run_dir=run_dir) as run:
+            ids[name] = run.run_id
+    assert ids["a"] != ids["b"]
+    for name, run_dir in (("a", a), ("b", b)):
+        assert _record(run_dir) == {
+            "tracking_uri": store, "experiment": "pair", "run_name": "exp",
+            "experiment_id": _client(store).get_experiment_by_name("pair").experiment_id,
+            "run_id": ids[name],
+        }  # fmt: skip
+        run = _client(store).get_run(ids[name])
+        assert run.data.tags[tracking.RUN_DIR_TAG] == str(run_dir.resolve())
+        assert tracking.SUPERSEDED_BY_TAG not in run.data.tags
+        # a later stage of the same checkout (here from another working directory) finds it
+        monkeypatch.chdir(tmp_path)
+        with tracking.stage_run("pair", "exp", "average", {"last": 2}, run_dir=run_dir) as run:
+            assert run.run_id == ids[name]
+
+    # A forced re-run in checkout a: a fresh run there, which the next stages follow.
+    with tracking.stage_run(
+        "pair", "exp", "train", {"max_steps": 5}, new_run_reason="forced", run_dir=a
+    ) as run:
+        forced = run.run_id
+    assert forced not in ids.values() and _record(a)["run_id"] == forced
+    assert _client(store).get_run(ids["a"]).data.tags[tracking.SUPERSEDED_BY_TAG] == forced
+    # the new run carries the other stages' params, and its directory
+    assert _client(store).get_run(forced).data.params["average.last"] == "2"
+    assert _client(store).get_run(forced).data.tags[tracking.RUN_DIR_TAG] == str(a.resolve())
+    with tracking.stage_run("pair", "exp", "translate.t", {"beam": 4}, run_dir=a) as run:
+        assert run.run_id == forced
+    assert tracking.SUPERSEDED_BY_TAG not in _client(store).get_run(ids["b"]).data.tags
+
+    # Checkout b's run directory deleted and made anew: a fresh run, superseding the old one
+    # (its points would otherwise mix with the new training's).
+    shutil.rmtree(b)
+    with tracking.stage_run(  # a reason to start over changes nothing for a fresh run
+        "pair", "exp", "train", {"max_steps": 5}, new_run_reason="other settings", run_dir=b
+    ) as run:
+        anew = run.run_id
+    assert anew not in (*ids.values(), forced)
+    old = _client(store).get_run(ids["b"])
+    assert old.data.tags[tracking.SUPERSEDED_BY_TAG] == anew
+    assert "was made anew" in _client(store).get_run(anew).data.tags["mlflow.note.content"]
+    assert _client(store).get_run(anew).data.params == {"train.max_steps": "5"}  # nothing copied
+    assert len(_runs(store, "pair")) == 4
+
+    # Another store: the record (of the first store) is not followed; a run is made there.
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", other)
+    with tracking.stage_run("pair", "exp", "average", {"last": 2}, run_dir=a) as run:
+        assert run.run_id not in (*ids.values(), forced, anew)
+    assert _record(a)["tracking_uri"] == other
+
+
+def test_run_dir_arg_takes_the_flag_or_the_stages_own_directory(tmp_path: Path) -> None:
+    from transformer_nmt.errors import ConfigError
+
+    parser = argparse.ArgumentParser()
+    tracking.add_cli_arguments(parser)
+    run = tmp_path / "runs" / "e"
+    assert tracking.run_dir_arg(parser.parse_args([])) is None
+    assert tracking.run_dir_arg(parser.parse_args([]), run) == run
+    flagged = parser.parse_args(["--mlflow-run-dir", str(run)])
+    assert tracking.run_dir_arg(flagged) == run
+    assert tracking.run_dir_arg(flagged, tmp_path / "runs" / ".." / "runs" / "e") == run
+    with pytest.raises(ConfigError, match="--mlflow-run-dir .* is not --run-dir"):
+        tracking.run_dir_arg(flagged, tmp_path / "elsewhere")
+
+
+# --- the training logger: one point per step, a failing store ----------------------------------
+
+
+def test_a_resumed_attempt_logs_no_second_point_for_a_step(store: str, tmp_path: Path) -> None:
+    from transformer_nmt.training.callbacks import StageRunLogger
+
+    # MLflow itself keeps both points of a step logged twice: the reason for the logger's check
+    with tracking.stage_run("pair", "exp", "probe", run_dir=tmp_path / "probe") as run:
+        run.log_metrics({"x": 1.0}, step=3)
+        run.log_metrics({"x": 2.0}, step=3)
+        assert len(_client(store).get_metric_history(run.run_id, "x")) == 2
+
+    with tracking.stage_run("pair", "exp", "train", run_dir=tmp_path / "run") as run:
+        killed = StageRunLogger(run)  # logged updates 1..8, its last checkpoint was at 5
+        for step in range(8):
+            killed.log_metrics({"train/loss": 10.0 - step}, step=step)
+        resumed = StageRunLogger(run)  # resumed from step 5: updates 6..12
+        for step in range(5, 12):
+            resumed.log_metrics({"train/loss": 100.0 + step, "val/loss": 1.0}, step=step)
+        history = _client(store).get_metric_history(run.run_id, "train/loss")
+        val = _client(store).get_metric_history(run.run_id, "val/loss")
+    points = sorted((m.step, m.value) for m in history)
+    assert [s for s, _ in points] == list(range(1, 13))
+    assert points[7] == (8, 3.0) and points[8] == (9, 108.0)  # the first attempt's point stands
+    assert sorted(m.step for m in val) == list(range(6, 13))
+    assert resumed.points_lost == 0
+
+
+@pytest.mark.parametrize("error", ["disk", "lock"])
+def test_a_failing_store_is_one_notice_and_a_count(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: str
+) -> None:
+    import errno
+    import os
+    import sqlite3
+
+    from transformer_nmt.training.callbacks import StageRunLogger
+
+    monkeypatch.setattr(tracking, "_RETRY_TOTAL_S", 0.2)  # a store locked past the retries
+    monkeypatch.setattr(tracking, "_noticed", set())
+    notices = tmp_path / "terminal.txt"
+    fd = os.open(notices, os.O_WRONLY | os.O_CREAT)
+    monkeypatch.setenv(tracking.NOTICE_FD_ENV, str(fd))
+    failure = (
+        OSError(errno.ENOSPC, "No space left on device")
+        if error == "disk"
+        else sqlite3.OperationalError("database is locked")
+    )
+    with tracking.stage_run("pair", "exp", "train", run_dir=tmp_path / "run") as run:
+        logger = StageRunLogger(run)
+        logger.log_metrics({"train/loss": 5.0}, step=0)  # a healthy store
+        healthy = run.client.log_batch
+        calls: list[bool] = []
+        original = run.log_metrics
+
+        def spy(metrics, step=None, *, retry=True):
+            calls.append(retry)
+            return original(metrics, step, retry=retry)
+
+        def broken(*args, **kwargs):
+            raise failure
+
+        monkeypatch.setattr(run, "log_metrics", spy)
+        monkeypatch.setattr(run.client, "log_batch", broken)
+        logger.log_metrics({"train/loss": 4.0, "train/lr": 1e-3}, step=1)
+        logger.log_metrics({"train/loss": 3.0}, step=2)
+        logger.log_metrics({"val/loss": 3.5}, step=2)  # a new key: its history is read first
+        monkeypatch.setattr(run.client, "log_batch", healthy)  # the store is back
+        logger.log_metrics({"train/loss": 2.0}, step=3)
+        logger.log_metrics({"train/loss": 1.0}, step=4)
+    os.close(fd)
+    # the first failure retries (for a lock), later ones are tried once, until one succeeds
+    assert calls == [True, False, False, False, True]
+    assert logger.points_lost == 4
+    (line,) = notices.read_text().splitlines()
+    assert line.startswith("transformer_nmt: WARNING: MLflow: could not log 2 metric point(s)")
+    assert type(failure).__name__ in line and "mlflow_points_lost" in line
+    history = _client(store).get_metric_history(run.run_id, "train/loss")
+    assert sorted(m.step for m in history) == [1, 4, 5]
+    assert run.client.get_run(run.run_id).info.status == "FINISHED"

@@ -709,13 +709,16 @@ def test_mlflow_logger_shifts_steps_and_survives_a_tracking_outage(
     from transformer_nmt.training.callbacks import StageRunLogger
 
     class FakeRun:
-        run_id = "r1"
+        run_id, run_name = "r1", "tiny"
 
         def __init__(self) -> None:
             self.logged: list[tuple[dict, int | None]] = []
             self.down = False
 
-        def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+        def logged_steps(self, key: str, *, retry: bool = True) -> set[int]:
+            return set()
+
+        def log_metrics(self, metrics: dict, step: int | None = None, *, retry=True) -> None:
             if self.down:
                 raise ConnectionError("tracking server unreachable")
             self.logged.append((metrics, step))
@@ -727,7 +730,7 @@ def test_mlflow_logger_shifts_steps_and_survives_a_tracking_outage(
     run.down = True
     with caplog.at_level(logging.WARNING):
         logger.log_metrics({"train/loss": 2.0}, step=9)
-    assert "could not log metrics at step 9" in caplog.text
+    assert "could not log 1 metric point(s) of run 'tiny' at step 10" in caplog.text
 
 
 # --- distributed -------------------------------------------------------------------------------

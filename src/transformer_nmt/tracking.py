@@ -8,8 +8,15 @@ stage status, data checksums) and then yields a :class:`StageRun` for metrics an
 
 Decisions documented here because they are not MLflow's defaults:
 
-* **Finding the run.** Runs are identified by the tag ``transformer_nmt.run`` (= run name); the
-  newest run with that tag that has not been superseded wins.
+* **Finding the run.** A pipeline experiment *instance* is its run directory
+  (``results/runs/<experiment>``, ``--mlflow-run-dir``): the run's id is kept in
+  ``<run dir>/mlflow_run.json`` (with the store's URI and the experiment id; written atomically
+  when the run is created or superseded), and the run carries the directory's absolute path as
+  the tag ``transformer_nmt.run_dir``. Two checkouts that use one store with the same experiment
+  names therefore get two runs, and a run directory made anew (deleted, or a fresh checkout)
+  gets a fresh run, which supersedes the newest run of the same directory. A stage called
+  without a run directory (by hand) finds the newest run tagged ``transformer_nmt.run`` (= run
+  name) that has not been superseded.
 * **Changed params (MLflow params are immutable).** When a stage re-runs with a value that
   differs from the one already logged under its prefix (e.g. ``train.max_steps`` 100 -> 200),
   the current run is *superseded*: a fresh run with the same name is created, the params and
@@ -55,6 +62,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 RUN_TAG = "transformer_nmt.run"
+RUN_DIR_TAG = "transformer_nmt.run_dir"
+RUN_RECORD = "mlflow_run.json"  # in the run directory: which MLflow run is this instance's
 SUPERSEDED_BY_TAG = "transformer_nmt.superseded_by"
 SUPERSEDES_TAG = "transformer_nmt.supersedes"
 GIT_COMMIT_TAG = "mlflow.source.git.commit"
@@ -88,6 +97,25 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="MLflow run = the pipeline experiment's name",
     )
+    group.add_argument(
+        "--mlflow-run-dir",
+        default=None,
+        type=Path,
+        metavar="DIR",
+        help="the experiment's run directory (results/runs/<experiment>): its mlflow_run.json "
+        "and absolute path identify the MLflow run (without it: the newest run of that name)",
+    )
+
+
+def run_dir_arg(args: argparse.Namespace, run_dir: Path | None = None) -> Path | None:
+    """The run directory that keys the MLflow run: ``--mlflow-run-dir``, else the stage's own
+    ``run_dir`` (train and register have ``--run-dir``); both given must be one directory."""
+    given = getattr(args, "mlflow_run_dir", None)
+    if given is not None and run_dir is not None and given.resolve() != run_dir.resolve():
+        from transformer_nmt.errors import ConfigError
+
+        raise ConfigError(f"--mlflow-run-dir {given} is not --run-dir {run_dir}: give one")
+    return given if given is not None else run_dir
 
 
 def git_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
@@ -234,6 +262,89 @@ def _create_run(client: Any, experiment_id: str, run_name: str, tags: dict[str, 
     )
 
 
+def _get_run(client: Any, run_id: str) -> Any | None:
+    """The run ``run_id``, or None when the store has no such active run."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = with_retry(client.get_run, run_id)
+    except MlflowException:
+        return None
+    return run if run.info.lifecycle_stage == "active" else None
+
+
+def _read_record(run_dir: Path) -> dict[str, Any]:
+    try:
+        record = json.loads((run_dir / RUN_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _write_record(run_dir: Path, uri: str, experiment: str, run: Any) -> None:
+    from transformer_nmt.io_utils import write_json
+
+    record = {
+        "tracking_uri": uri,
+        "experiment": experiment,
+        "experiment_id": run.info.experiment_id,
+        "run_id": run.info.run_id,
+        "run_name": run.info.run_name,
+    }
+    if _read_record(run_dir) != record:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(run_dir / RUN_RECORD, record)
+
+
+def _run_of_directory(
+    client: Any, uri: str, experiment_id: str, run_name: str, run_dir: Path
+) -> tuple[Any, bool]:
+    """``(run, created)``: the MLflow run of the experiment instance in ``run_dir``, found by
+    its record or created (see the module's docstring). Call under ``_store_lock``."""
+    key = str(run_dir.resolve())
+    record = _read_record(run_dir)
+    run = None
+    if (record.get("tracking_uri"), record.get("experiment_id"), record.get("run_name")) == (
+        uri,
+        experiment_id,
+        run_name,
+    ):
+        run = _get_run(client, str(record.get("run_id")))
+        seen: set[str] = set()  # a stage of this directory may have superseded it since
+        while run is not None and SUPERSEDED_BY_TAG in run.data.tags:
+            seen.add(run.info.run_id)
+            newer = run.data.tags[SUPERSEDED_BY_TAG]
+            run = None if newer in seen else _get_run(client, newer)
+    if run is not None:
+        return run, False
+    run = _create_run(client, experiment_id, run_name, {RUN_DIR_TAG: key})
+    log.info("MLflow: created run %r (%s) for %s", run_name, run.info.run_id, key)
+    # A directory made anew (deleted and rerun): its former run is superseded, not reused.
+    for old in with_retry(
+        client.search_runs,
+        [experiment_id],
+        filter_string=f"tags.`{RUN_TAG}` = '{_quote(run_name)}' "
+        f"and tags.`{RUN_DIR_TAG}` = '{_quote(key)}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=100,
+    ):
+        if old.info.run_id != run.info.run_id and SUPERSEDED_BY_TAG not in old.data.tags:
+            why = f"the run directory {key} was made anew (its {RUN_RECORD} names no run)"
+            _link(client, old.info.run_id, run.info.run_id, why)
+    return run, True
+
+
+def _link(client: Any, old_id: str, new_id: str, why: str) -> None:
+    """Tag ``new_id`` as superseding ``old_id``; its description (``mlflow.note.content``)
+    says why."""
+    _set_tags(client, old_id, {SUPERSEDED_BY_TAG: new_id})
+    _set_tags(
+        client,
+        new_id,
+        {SUPERSEDES_TAG: old_id, "mlflow.note.content": f"Supersedes run {old_id}: {why}"},
+    )
+
+
 def _log_params(client: Any, run_id: str, params: Mapping[str, str]) -> None:
     from mlflow.entities import Param
 
@@ -258,14 +369,20 @@ def _changed_params(existing: Mapping[str, str], new: Mapping[str, str]) -> dict
 class StageRun:
     """Handle on the MLflow run of one pipeline experiment, for one stage."""
 
-    def __init__(self, client: Any, run_id: str, experiment_id: str, stage: str) -> None:
+    def __init__(
+        self, client: Any, run_id: str, experiment_id: str, stage: str, run_name: str = ""
+    ) -> None:
         self.client = client
         self.run_id = run_id
         self.experiment_id = experiment_id
         self.stage = stage
+        self.run_name = run_name
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        """Log a dict of scalar metrics at ``step`` (one batched, lock-retried call)."""
+    def log_metrics(
+        self, metrics: Mapping[str, float], step: int | None = None, *, retry: bool = True
+    ) -> None:
+        """Log a dict of scalar metrics at ``step`` (one batched call, retried while the store
+        is locked unless ``retry`` is False)."""
         from mlflow.entities import Metric
 
         timestamp = int(time.time() * 1000)
@@ -278,8 +395,14 @@ class StageRun:
             m if math.isfinite(m.value) else Metric(m.key, math.nan, m.timestamp, m.step)
             for m in items
         ]
+        call = with_retry if retry else _once
         for start in range(0, len(items), 1000):
-            with_retry(self.client.log_batch, self.run_id, metrics=items[start : start + 1000])
+            call(self.client.log_batch, self.run_id, metrics=items[start : start + 1000])
+
+    def logged_steps(self, key: str, *, retry: bool = True) -> set[int]:
+        """The steps at which the run already has a point of metric ``key``."""
+        call = with_retry if retry else _once
+        return {m.step for m in call(self.client.get_metric_history, self.run_id, key)}
 
     def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
         """Copy a local file (or directory) into the run's artifacts."""
@@ -302,6 +425,37 @@ class StageRun:
         _set_tags(self.client, self.run_id, {k: str(v) for k, v in tags.items()})
 
 
+def _once(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    return fn(*args, **kwargs)
+
+
+NOTICE_FD_ENV = "TRANSFORMER_NMT_NOTICE_FD"
+_noticed: set[str] = set()  # the topics this process has shown a notice for
+
+
+def notice(message: str, topic: str = "mlflow") -> None:
+    """Log ``message`` as a warning and, for the first notice of ``topic`` in this process,
+    also write it as one line to the file descriptor named by ``$TRANSFORMER_NMT_NOTICE_FD``:
+    the train rule sends the job's output to its log file but passes Snakemake's own stderr as
+    descriptor 3, so that this line shows in the Snakemake terminal, once per job. Without it
+    (by hand, or a descriptor that a launcher such as ``srun`` did not forward) the warning is
+    in the log alone."""
+    log.warning(message)
+    fd = os.environ.get(NOTICE_FD_ENV)
+    if not fd or topic in _noticed:
+        return
+    _noticed.add(topic)
+    with contextlib.suppress(ValueError, OSError):
+        os.write(int(fd), f"transformer_nmt: WARNING: {message}\n".encode())
+
+
+def first_line(err: BaseException, limit: int = 300) -> str:
+    """``Type: first line of the message`` (SQLAlchemy's errors run to many lines)."""
+    text = (str(err).strip().splitlines() or [""])[0]
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
 @contextlib.contextmanager
 def stage_run(
     experiment: str | None,
@@ -311,6 +465,7 @@ def stage_run(
     tags: Mapping[str, Any] | None = None,
     new_run_reason: str | None = None,
     shared_params: Mapping[str, Any] | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
 ) -> Iterator[StageRun | None]:
     """Track one stage of a pipeline experiment in MLflow; yields None when not tracking.
 
@@ -321,6 +476,10 @@ def stage_run(
     a changed value supersedes the run.
     ``new_run_reason``: the stage starts over (training from scratch): an existing run is
     superseded even with identical params, and the reason becomes the new run's description.
+    ``run_dir``: the experiment instance's run directory, which identifies its run (its
+    ``mlflow_run.json``, the ``transformer_nmt.run_dir`` tag); None: the newest run of the name.
+    Marking the stage finished is best effort: the stage's work is done, so a store that fails
+    then gives a warning, not a failed job.
     """
     if experiment is None or run_name is None:
         yield None
@@ -337,21 +496,27 @@ def stage_run(
     with _store_lock(uri):
         client = _client(uri)
         experiment_id = _get_or_create_experiment(client, uri, experiment)
-        run = _find_run(client, experiment_id, run_name)
-        if run is None:
-            run = _create_run(client, experiment_id, run_name, {})
-            log.info("MLflow: created run %r (%s) in %r", run_name, run.info.run_id, experiment)
+        if run_dir is not None:
+            run, created = _run_of_directory(client, uri, experiment_id, run_name, Path(run_dir))
         else:
+            run = _find_run(client, experiment_id, run_name)
+            created = run is None
+            if created:
+                run = _create_run(client, experiment_id, run_name, {})
+                log.info("MLflow: created run %r (%s) in %r", run_name, run.info.run_id, experiment)
+        if not created:  # a fresh run has nothing to supersede
             changed = _changed_params(run.data.params, flat)
             if changed or new_run_reason:
                 run = _supersede(
                     client, run, experiment_id, run_name, stage, changed, set(flat), new_run_reason
                 )
         run_id = run.info.run_id
+        if run_dir is not None:
+            _write_record(Path(run_dir), uri, experiment, run)
         _log_params(client, run_id, flat)
         _set_tags(client, run_id, stage_tags)
 
-    handle = StageRun(client, run_id, experiment_id, stage)
+    handle = StageRun(client, run_id, experiment_id, stage, run_name)
     try:
         yield handle
     except BaseException:
@@ -359,8 +524,12 @@ def stage_run(
             handle.set_tags({f"stage.{stage}.status": "failed"})
             with_retry(client.set_terminated, run_id, status="FAILED")
         raise
-    handle.set_tags({f"stage.{stage}.status": "finished"})
-    with_retry(client.set_terminated, run_id, status="FINISHED")
+    try:
+        handle.set_tags({f"stage.{stage}.status": "finished"})
+        with_retry(client.set_terminated, run_id, status="FINISHED")
+    except Exception as err:
+        notice(f"MLflow: could not mark stage {stage!r} of run {run_name!r} finished "
+               f"({first_line(err)}); its results are written")  # fmt: skip
 
 
 def _supersede(

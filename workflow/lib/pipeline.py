@@ -204,9 +204,14 @@ class Pipeline:
         )
 
     def tracking_flags(self, name: str) -> str:
-        """One MLflow experiment per dataset pair, one run per pipeline experiment."""
+        """One MLflow experiment per dataset pair, one run per pipeline experiment; its run
+        directory identifies the run (two checkouts on one store: two runs)."""
         exp = self.experiment(name)
-        return f"--mlflow-experiment {exp['dataset']}_{exp['pair']} --mlflow-run {name}"
+        run_dir = RUN_DIR.format(experiment=name)
+        return (
+            f"--mlflow-experiment {exp['dataset']}_{exp['pair']} --mlflow-run {name}"
+            f" --mlflow-run-dir {run_dir}"
+        )
 
     def mirror(self) -> str | None:
         """``data_mirror`` as an absolute path (None = download from the URLs)."""

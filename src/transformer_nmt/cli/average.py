@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         "average",
         params={"last": args.last if args.last is not None else len(paths)},
         tags={"average.sources": ",".join(p.name for p in paths)},
+        run_dir=tracking.run_dir_arg(args),
     ) as mlrun:
         if args.last == AUTO:
             num_averaged = _select_on_dev(args, paths, mlrun, max(steps))

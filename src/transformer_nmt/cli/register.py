@@ -53,7 +53,10 @@ def run(args: argparse.Namespace) -> int:
     del translator
     name = args.name or args.mlflow_run
     params = {**dataclasses.asdict(settings), "name": name}
-    with tracking.stage_run(args.mlflow_experiment, args.mlflow_run, "register", params) as mlrun:
+    run_dir = tracking.run_dir_arg(args, args.run_dir)
+    with tracking.stage_run(
+        args.mlflow_experiment, args.mlflow_run, "register", params, run_dir=run_dir
+    ) as mlrun:
         assert mlrun is not None
         record = serving.log_translator_model(mlrun, model_path, spm_model, settings, name)
         mlrun.set_tags({"register.model_uri": record["registered_uri"]})

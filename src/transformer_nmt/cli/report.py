@@ -92,9 +92,12 @@ def run(args: argparse.Namespace) -> int:
     if args.mlflow:
         from transformer_nmt import tracking
 
+        run_dirs = {path.parent.name: path.parent for path in paths}  # results/runs/<name>
         for name, info in sorted(experiments.items()):
             mlflow_experiment = f"{info['dataset']}_{info['pair']}"
-            with tracking.stage_run(mlflow_experiment, name, "report") as tracked:
+            with tracking.stage_run(
+                mlflow_experiment, name, "report", run_dir=run_dirs.get(name)
+            ) as tracked:
                 tracked.log_artifact(args.out)
                 if figures is not None:
                     _log_figures(tracked, figures, name)

@@ -39,8 +39,9 @@ def run(args: argparse.Namespace) -> int:
     params = {"tgt_lang": args.tgt_lang, "hyp": str(args.hyp), "ref": str(args.ref)}
     # One score job per test set runs in parallel: a qualified stage name keeps their params apart.
     with tracking.stage_run(
-        args.mlflow_experiment, args.mlflow_run, f"score.{test_set}", params
-    ) as tracked:
+        args.mlflow_experiment, args.mlflow_run, f"score.{test_set}", params,
+        run_dir=tracking.run_dir_arg(args),
+    ) as tracked:  # fmt: skip
         scores = score_files(args.hyp, args.ref, args.tgt_lang)
         payload = {"hyp": str(args.hyp), "ref": str(args.ref), "tgt_lang": args.tgt_lang}
         payload.update(scores.to_dict())

@@ -6,7 +6,11 @@ killed job keeps them and the next run resumes) and, once ``max_steps`` is reach
 resolved model and train configs as ``train.*`` params, the data stages' settings as ``data.*``
 params, metrics through Lightning, the SentencePiece model and the cleaning report as artifacts,
 the sha256 of the vocabulary and of the token arrays as tags and, at the end, the learning curve
-(``figures/learning_curve.png``).
+(``figures/learning_curve.png``). The run directory identifies the MLflow run
+(``tracking.stage_run(run_dir=...)``); a failing store does not stop training (one warning,
+the points lost counted in the summary). Each attempt also writes its own log,
+``<run-dir>/logs/attempt-<n>-<UTC time>.log``: Snakemake deletes a job's log before running it
+again, so the log of a killed attempt survives only there.
 The experiment's settings come from ``--config-file`` (the file the pipeline's ``train_config``
 rule writes, so that the command line stays short) or, by hand and in tests, from ``--model``
 and ``--train``. The run itself is ``training.run.train_run``.
@@ -17,13 +21,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
+import re
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from transformer_nmt import tracking
-from transformer_nmt.errors import ConfigError
+from transformer_nmt.errors import ConfigError, UserFacingError
+
+log = logging.getLogger(__name__)
+
+ATTEMPT_LOG_DIR = "logs"  # in the run directory
+_ATTEMPT = re.compile(r"attempt-(\d+)-")
 
 # Debug aid used by the tests: when set to a directory, every rank appends the example indices
 # of each training batch it sees to <dir>/rank<R>.jsonl.
@@ -128,8 +141,10 @@ def run(args: argparse.Namespace) -> int:
         callbacks.append(BatchTrace(Path(trace_dir)))
 
     # one trainer per run directory (rank 0 holds the lock; DDP ranks are its children)
-    lock = run_dir_lock(args.run_dir) if rank_zero_only.rank == 0 else contextlib.nullcontext()
-    with lock:
+    rank_zero = rank_zero_only.rank == 0
+    lock = run_dir_lock(args.run_dir) if rank_zero else contextlib.nullcontext()
+    attempt = attempt_log(args.run_dir) if rank_zero else contextlib.nullcontext()
+    with lock, attempt:
         start = plan_start(args.run_dir, model_cfg, train_cfg, vocab)
         params = {"model": model_cfg.to_dict(), **train_cfg.to_dict()}
         experiment = args.mlflow_experiment if rank_zero_only.rank == 0 else None
@@ -142,12 +157,10 @@ def run(args: argparse.Namespace) -> int:
             )  # fmt: skip
         with tracking.stage_run(
             experiment, args.mlflow_run, "train", params, tags, new_run_reason=start.reason,
-            shared_params=data_params,
+            shared_params=data_params, run_dir=tracking.run_dir_arg(args, args.run_dir),
         ) as mlrun:  # fmt: skip
             if mlrun is not None:
-                mlrun.log_artifact(args.spm_model, "data")
-                if args.clean_report is not None and args.clean_report.is_file():
-                    mlrun.log_artifact(args.clean_report, "data")
+                _best_effort(mlrun, "the data artifacts", _log_data_artifacts, mlrun, args)
             summary = train_run(
                 data,
                 args.run_dir,
@@ -160,6 +173,70 @@ def run(args: argparse.Namespace) -> int:
                 progress_bar=sys.stderr.isatty(),
             )
             if mlrun is not None and summary is not None:
-                mlrun.log_artifact(args.run_dir / SUMMARY_FILE)
-                tracking.log_learning_curve(mlrun)  # figures/learning_curve.png
+                _best_effort(mlrun, SUMMARY_FILE, mlrun.log_artifact, args.run_dir / SUMMARY_FILE)
+                # figures/learning_curve.png
+                _best_effort(mlrun, "the learning curve", tracking.log_learning_curve, mlrun)
     return 0
+
+
+def _log_data_artifacts(mlrun: tracking.StageRun, args: argparse.Namespace) -> None:
+    mlrun.log_artifact(args.spm_model, "data")
+    if args.clean_report is not None and args.clean_report.is_file():
+        mlrun.log_artifact(args.clean_report, "data")
+
+
+def _best_effort(mlrun: tracking.StageRun, what: str, fn: Callable[..., Any], *args: Any) -> None:
+    """``fn(*args)``; a failing MLflow store is a warning, not a failed training job."""
+    try:
+        fn(*args)
+    except Exception as err:
+        tracking.notice(
+            f"MLflow: could not log {what} into run {mlrun.run_name!r} "
+            f"({tracking.first_line(err)}); training goes on"
+        )
+
+
+@contextlib.contextmanager
+def attempt_log(run_dir: Path) -> Iterator[Path]:
+    """Copy this process's log records (the package's, Lightning's and Python warnings) into
+    ``<run_dir>/logs/attempt-<n>-<UTC time>.log``, n = 1 + the highest attempt there, for the
+    whole attempt; an error that ends it is written there too. Call under ``run_dir_lock``."""
+    directory = run_dir / ATTEMPT_LOG_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    numbers = [int(m.group(1)) for p in directory.iterdir() if (m := _ATTEMPT.match(p.name))]
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = directory / f"attempt-{max(numbers, default=0) + 1:03d}-{stamp}.log"
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # Lightning's logger propagates to the root unless it was imported before logging was set
+    # up; then it has its own handler, and the copy needs one there too.
+    loggers = [logging.getLogger()]
+    loggers += [
+        logger
+        for logger in (logging.getLogger("lightning.pytorch"), logging.getLogger("lightning"))
+        if not logger.propagate
+    ]
+    for logger in loggers:
+        logger.addHandler(handler)
+    # warnings.warn (Lightning's hints) as log records, as long as the attempt lasts
+    captured_before = getattr(logging, "_warnings_showwarning", None) is not None
+    logging.captureWarnings(True)
+    log.info("attempt log: %s", path)
+    try:
+        yield path
+    except BaseException as err:
+        if isinstance(err, UserFacingError):
+            message, exc_info = f"error: {err}", None
+        else:
+            message, exc_info = f"attempt ended by {type(err).__name__}", err
+        record = logging.LogRecord(
+            log.name, logging.ERROR, __file__, 0, message, None,
+            (type(err), err, err.__traceback__) if exc_info else None,
+        )  # fmt: skip
+        handler.handle(record)  # here only: the CLI prints the error line itself
+        raise
+    finally:
+        logging.captureWarnings(captured_before)
+        for logger in loggers:
+            logger.removeHandler(handler)
+        handler.close()

@@ -145,8 +145,9 @@ def run(args: argparse.Namespace) -> int:
     params = {**dataclasses.asdict(settings), "model": str(args.model)}
     # One translate job per test set runs in parallel: qualify the stage name with it.
     with tracking.stage_run(
-        args.mlflow_experiment, args.mlflow_run, f"translate.{name}", params
-    ) as tracked:
+        args.mlflow_experiment, args.mlflow_run, f"translate.{name}", params,
+        run_dir=tracking.run_dir_arg(args),
+    ) as tracked:  # fmt: skip
         lines = read_lines(args.input) if args.input else None
         translator = open_translator(args.engine, args.model, args.spm_model, settings, args.device)
         log.info(

@@ -198,6 +198,8 @@ def train_run(
         "precision": resolved.precision,
         "resumed_from": resume.path.name if resume.path else None,
         "superseded": str(resume.superseded) if resume.superseded else None,
+        # metric points that a failing MLflow store did not take (None: not tracked)
+        "mlflow_points_lost": 0 if tracker is not None else None,
     }
     summary_path = run_dir / SUMMARY_FILE
     if resume.step >= train_cfg.max_steps:
@@ -226,11 +228,12 @@ def train_run(
         spm_model=str(data.spm_model),
         valid_split=data.valid_split,
     )
+    mlflow_logger = StageRunLogger(tracker) if tracker is not None else None
     trainer = build_trainer(
         train_cfg,
         run_dir,
         resolved=resolved,
-        logger=StageRunLogger(tracker) if tracker is not None else False,
+        logger=mlflow_logger if mlflow_logger is not None else False,
         callbacks=callbacks,
         enable_progress_bar=progress_bar,
     )
@@ -269,6 +272,13 @@ def train_run(
     (throughput,) = [cb for cb in trainer.callbacks if isinstance(cb, Throughput)]
     metrics["train/tgt_tokens_per_s"] = throughput.last_rate
     metrics["train/tgt_tokens_per_s_mean"] = throughput.mean_tgt_tokens_per_s()
+    if mlflow_logger is not None:
+        summary["mlflow_points_lost"] = mlflow_logger.points_lost
+        if mlflow_logger.points_lost:
+            log.warning(
+                "MLflow: %d metric point(s) were not logged (first error: %s)",
+                mlflow_logger.points_lost, mlflow_logger.first_error,
+            )  # fmt: skip
     summary.update(
         final_step=int(trainer.global_step),
         checkpoints=[p.name for p in kept],
