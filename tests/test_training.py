@@ -671,7 +671,7 @@ def test_mlflow_tracking_of_a_training_run(
     rates = client.get_metric_history(run.info.run_id, "train/tgt_tokens_per_s")
     assert sorted(m.step for m in rates) == [5, 10] and all(m.value > 0 for m in rates)
     artifacts = {f.path for f in client.list_artifacts(run.info.run_id)}
-    assert {"data", "train_summary.json", "figures"} <= artifacts
+    assert {"data", "train_summary.json"} <= artifacts
     assert run.info.status == "FINISHED" and run.info.end_time >= run.info.start_time
     # The data stages' settings as data.* params, the data's checksums as tags.
     data_params = {k: v for k, v in params.items() if k.startswith("data.")}
@@ -685,11 +685,6 @@ def test_mlflow_tracking_of_a_training_run(
             for kind in ("tokens", "offsets"):
                 path = corpus["bin"] / f"{split}.{lang}.{kind}.npy"
                 assert run.data.tags[f"data.{split}.{lang}.{kind}_sha256"] == sha256_file(path)
-    # The learning curve, drawn from the run's metric history.
-    (figure,) = client.list_artifacts(run.info.run_id, "figures")
-    assert figure.path == "figures/learning_curve.png"
-    png = client.download_artifacts(run.info.run_id, figure.path, str(tmp_path))
-    assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # Retraining from scratch with unchanged params (a forced re-run) opens a fresh run whose
     # description says why; the old run points to it.

@@ -181,7 +181,6 @@ def test_mlflow_holds_one_run_per_experiment(pipeline: dict[str, Any]) -> None:
         figures = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}
         attention = {f"figures/attention_{i}.{ext}" for i in (1, 2, 3) for ext in ("png", "csv")}
         assert figures == {
-            "figures/learning_curve.png",  # the train stage's, from the MLflow history
             "figures/learning_curves.png",  # the report's (evaluation/figures.py), and data
             "figures/learning_curves.csv",
             "figures/multi30k_en-de",  # the pair's figure

@@ -59,7 +59,11 @@ def run(args: argparse.Namespace) -> int:
     sources = select_lines(read_lines(args.input), args.lines, args.input)
     params = {"lines": args.lines, "layer": args.layer, "model": str(args.model)}
     with tracking.stage_run(
-        args.mlflow_experiment, args.mlflow_run, "attention_maps", params
+        args.mlflow_experiment,
+        args.mlflow_run,
+        "attention_maps",
+        params,
+        run_dir=tracking.run_dir_arg(args),
     ) as tracked:
         translator = Translator(args.model, args.spm_model, settings, args.device)
         n_layers = translator.model.cfg.N

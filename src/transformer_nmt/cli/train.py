@@ -5,10 +5,10 @@ killed job keeps them and the next run resumes) and, once ``max_steps`` is reach
 ``<run-dir>/train_summary.json`` (the declared output). With tracking flags it logs the
 resolved model and train configs as ``train.*`` params, the data stages' settings as ``data.*``
 params, metrics through Lightning, the SentencePiece model and the cleaning report as artifacts,
-the sha256 of the vocabulary and of the token arrays as tags and, at the end, the learning curve
-(``figures/learning_curve.png``). The run directory identifies the MLflow run
-(``tracking.stage_run(run_dir=...)``); a failing store does not stop training (one warning,
-the points lost counted in the summary). Each attempt also writes its own log,
+the sha256 of the vocabulary and of the token arrays as tags (the learning curves are drawn by
+the report stage from ``metrics.csv``: ``evaluation/figures.py``). The run directory identifies
+the MLflow run (``tracking.stage_run(run_dir=...)``); a failing store does not stop training
+(one warning, the points lost counted in the summary). Each attempt also writes its own log,
 ``<run-dir>/logs/attempt-<n>-<UTC time>.log``: Snakemake deletes a job's log before running it
 again, so the log of a killed attempt survives only there.
 The experiment's settings come from ``--config-file`` (the file the pipeline's ``train_config``
@@ -174,8 +174,6 @@ def run(args: argparse.Namespace) -> int:
             )
             if mlrun is not None and summary is not None:
                 _best_effort(mlrun, SUMMARY_FILE, mlrun.log_artifact, args.run_dir / SUMMARY_FILE)
-                # figures/learning_curve.png
-                _best_effort(mlrun, "the learning curve", tracking.log_learning_curve, mlrun)
     return 0
 
 
