@@ -70,7 +70,9 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
         ["bash", str(CLUSTER_SH), "start", str(state)], env=env, capture_output=True, text=True
     )
     if started.returncode != 0:
-        pytest.skip(f"the one-node SLURM cluster did not start: {started.stderr.strip()[-1500:]}")
+        # cluster.sh's reason comes first, then the daemons' log tails (all logs in state/log)
+        reason = started.stderr.strip().splitlines()[0] if started.stderr.strip() else "no reason"
+        pytest.skip(f"the one-node SLURM cluster did not start: {reason} (logs: {state}/log)")
     try:
         yield {"SLURM_CONF": str(state / "slurm.conf")}
     finally:

@@ -34,8 +34,9 @@ stop() {
         rm -f "$dir/run/$name.pid"
     done
     # the link to this cluster's slurm.conf (start), if it is ours
-    if [[ -L /etc/slurm/slurm.conf && $(readlink /etc/slurm/slurm.conf) == "$dir/slurm.conf" ]]; then
-        rm -f /etc/slurm/slurm.conf
+    local link=/etc/slurm/slurm.conf
+    if [[ -L $link && $(readlink "$link") == "$dir/slurm.conf" ]]; then
+        rm -f "$link"
     fi
 }
 
@@ -53,7 +54,8 @@ start() {
     local tool
     for tool in munged slurmctld slurmd sbatch sinfo; do
         command -v "$tool" >/dev/null || {
-            echo "cluster.sh: $tool not found (apt-get install slurmctld slurmd slurm-client munge)" >&2
+            echo "cluster.sh: $tool not found" \
+                "(apt-get install slurmctld slurmd slurm-client munge)" >&2
             exit 1
         }
     done
@@ -104,7 +106,7 @@ SchedulerType=sched/backfill
 MinJobAge=3600
 ReturnToService=2
 KillWait=30
-NodeName=localhost NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
+NodeName=localhost NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem
 PartitionName=${SLURM_TEST_PARTITION:-debug} Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
 
