@@ -188,7 +188,7 @@ def test_slurm_runs_every_job_with_sbatch_and_a_killed_train_job_resumes_to_the_
     states = {job_id: state for job_id, _, state in jobs}
     assert states.pop(killed) == "CANCELLED"
     assert set(states.values()) == {"COMPLETED"}, jobs
-    assert re.search(r"Trying to restart job|retry", slurm_out, re.I), slurm_out[-3000:]
+    assert "Trying to restart job" in slurm_out, slurm_out[-3000:]  # Snakemake's retry
 
     # the resubmitted train job resumed from the checkpoint the killed one left
     summary = json.loads((run_dir / "train_summary.json").read_text(encoding="utf-8"))

@@ -6,10 +6,11 @@
 #   tests/slurm/cluster.sh stop DIR     # stops the three daemons (by their pid files in DIR)
 #
 # Everything lives under DIR (config, munge key and socket, state, spool, logs, pid files) and
-# listens on 127.0.0.1 only, so nothing of a system-wide SLURM or munge is used or touched.
+# listens on 127.0.0.1 only; the one thing outside DIR is a link /etc/slurm/slurm.conf -> DIR's
+# config while the cluster runs (see start; it refuses to start where a slurm.conf exists).
 # Needs root (slurmd starts the jobs as their users) and Debian's slurmctld, slurmd,
 # slurm-client and munge packages. No accounting database (slurmdbd): jobs are followed with
-# squeue, which shows finished jobs for MinJobAge (an hour) (see profiles/slurm/config.yaml).
+# squeue, which shows finished jobs for MinJobAge, an hour (see profiles/slurm/config.yaml).
 # Ports: $SLURMCTLD_PORT and $SLURMD_PORT (6817 and 6818 unless set).
 # `start` returns once sinfo shows the node idle; on failure it prints the daemons' logs,
 # stops what it started and exits non-zero.
