@@ -12,9 +12,15 @@ from transformer_nmt.model.attention import AttentionMask, MultiHeadAttention
 from transformer_nmt.model.config import ModelConfig
 
 
-def _attention(cfg: ModelConfig) -> MultiHeadAttention:
+def _attention(cfg: ModelConfig, *, self_attention: bool) -> MultiHeadAttention:
     return MultiHeadAttention(
-        cfg.d_model, cfg.h, cfg.d_k, cfg.d_v, cfg.p_drop_attn, bias=cfg.attention_bias
+        cfg.d_model,
+        cfg.h,
+        cfg.d_k,
+        cfg.d_v,
+        cfg.p_drop_attn,
+        bias=cfg.attention_bias,
+        self_attention=self_attention,
     )
 
 
@@ -57,7 +63,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = _attention(cfg)
+        self.self_attn = _attention(cfg, self_attention=True)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.p_drop_relu)
         self.res_attn = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
         self.res_ffn = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
@@ -95,8 +101,8 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = _attention(cfg)
-        self.cross_attn = _attention(cfg)
+        self.self_attn = _attention(cfg, self_attention=True)
+        self.cross_attn = _attention(cfg, self_attention=False)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.p_drop_relu)
         self.res_self = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
         self.res_cross = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
@@ -119,13 +125,13 @@ class DecoderLayer(nn.Module):
         """
 
         def self_attention(y: torch.Tensor) -> torch.Tensor:
-            k, v = self.self_attn.project_kv(y)  # [B, h, T, d_k], [B, h, T, d_v]
+            q, k, v = self.self_attn.project_qkv(y)  # [B, h, T, d_k|d_k|d_v], one GEMM
             if cache is not None:
                 if cache.self_k is not None:
                     k = torch.cat([cache.self_k, k], dim=2)  # [B, h, t + T, d_k]
                     v = torch.cat([cache.self_v, v], dim=2)
                 cache.self_k, cache.self_v = k, v
-            return self.self_attn.attend(y, k, v, self_attn_mask)[0]
+            return self.self_attn.attend(y, k, v, self_attn_mask, q=q)[0]
 
         weights: list[torch.Tensor | None] = [None]
 

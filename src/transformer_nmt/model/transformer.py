@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_nmt.errors import ConfigError
-from transformer_nmt.model.attention import CAUSAL
+from transformer_nmt.model.attention import CAUSAL, FusedLinear
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.layers import DecoderLayer, EncoderLayer, LayerCache
 from transformer_nmt.model.positional import LearnedPositions, SinusoidalPositions
@@ -140,7 +140,12 @@ class Transformer(nn.Module):
         """Initialisation documented in the module docstring."""
         d_model = self.cfg.d_model
         for module in self.modules():
-            if isinstance(module, nn.Linear):
+            if isinstance(module, FusedLinear):  # stacked W^Q, W^K, W^V: each its own matrix
+                for block in module.blocks():
+                    nn.init.xavier_uniform_(block)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
