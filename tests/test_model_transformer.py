@@ -305,3 +305,30 @@ def test_weights_in_theformer_layout_load(extra):
     fresh.load_state_dict(old, strict=True)
     src, tgt = random_batch()
     torch.testing.assert_close(fresh(src, tgt), model(src, tgt), rtol=0, atol=0)
+
+
+def test_preallocated_cache_grows_and_reorders_like_full_recompute(monkeypatch):
+    # a small first capacity: the buffers double several times during 9 steps
+    from transformer_nmt.model.layers import LayerCache
+
+    monkeypatch.setattr(LayerCache, "MIN_CAPACITY", 2)
+    model = make_model()
+    src, _ = random_batch()
+    g = torch.Generator().manual_seed(5)
+    tgt = torch.randint(4, V, (3, 9), generator=g)
+    tgt[:, 0] = BOS
+    enc = model.encode(src)
+    state = model.init_state(enc)
+    rows = torch.arange(3)  # which original row each cached row continues
+    capacities = set()
+    for t in range(tgt.shape[1]):
+        if t in (3, 6):  # beam-style reordering with repeated and dropped rows
+            index = torch.tensor([2, 0, 0]) if t == 3 else torch.tensor([1, 2])
+            state.reorder(index)
+            rows = rows[index]
+        logits, _ = model.decode_step(tgt[rows, t], state)
+        full, _ = model.decode(tgt[rows, : t + 1], enc.index_select(rows))
+        torch.testing.assert_close(logits, full[:, t], rtol=0, atol=1e-12)
+        capacities.add(state.layers[0]._k.shape[2])
+    assert capacities == {2, 6, 14}  # grown in place of a copy per step
+    assert state.layers[0].self_k.shape == (2, 4, 9, 8)
