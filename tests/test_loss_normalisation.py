@@ -64,14 +64,14 @@ class GradientRecorder(TranslationModule):
         self.recorded = {n: p.grad.detach().clone() for n, p in self.named_parameters()}
 
 
-def _module() -> GradientRecorder:
+def _module(**train: object) -> GradientRecorder:
     torch.manual_seed(0)
-    train = {"accelerator": "cpu", "precision": "64-true", "max_steps": 1}
+    train = {"accelerator": "cpu", "precision": "64-true", "max_steps": 1, **train}
     return GradientRecorder(_model_config(), dict(VOCAB), train).double()
 
 
-def update_gradient(batches: list[dict[str, torch.Tensor]], accumulate: int) -> dict:
-    module = _module()
+def update_gradient(batches: list[dict[str, torch.Tensor]], accumulate: int, **train) -> dict:
+    module = _module(**train)
     trainer = L.Trainer(
         accelerator="cpu",
         devices=1,
@@ -103,6 +103,14 @@ def test_accumulated_micro_batches_give_the_gradient_of_one_batch() -> None:
     # the rule this replaces (Lightning's mean of per-micro-batch means) is measurably different
     mean_of_means = _mean_of_per_batch_means(batches)
     assert max(float((mean_of_means[n] - one[n]).abs().max()) for n in one) > 1e-4
+
+
+def test_chunked_loss_flag_gives_the_same_update_gradient() -> None:
+    # train.loss_chunk_tokens: projection + loss 5 target tokens at a time (memory only)
+    batches = _batches()
+    plain = update_gradient(batches, accumulate=len(batches))
+    chunked = update_gradient(batches, accumulate=len(batches), loss_chunk_tokens=5)
+    _assert_equal_gradients(chunked, plain)
 
 
 def _mean_of_per_batch_means(batches: list[dict[str, torch.Tensor]]) -> dict:

@@ -132,6 +132,7 @@ def test_train_config_unknown_key_is_named() -> None:
         ("adam_betas", [0.9]),
         ("clip_grad_norm", -1.0),
         ("checkpoint_every_steps", 0),
+        ("loss_chunk_tokens", 0),
         ("lr_scale", True),
     ],
 )

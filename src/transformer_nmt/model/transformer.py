@@ -197,12 +197,15 @@ class Transformer(nn.Module):
         enc: EncoderOutput,
         return_attention: bool = False,
         last_only: bool = False,
+        project_output: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``tgt_in`` [B, T] (BOS y_1 ... , padded) -> (logits [B, T, V_tgt], attention or None).
 
         The attention is the last decoder layer's encoder-decoder attention averaged over heads,
         [B, T, S], returned only when ``return_attention``. ``last_only`` projects only the last
         position to the vocabulary (logits [B, 1, V_tgt]; search without the cache).
+        ``project_output=False`` returns the decoder output before the §3.4 projection,
+        [B, T, d_model] (the chunked loss projects it piecewise with ``project``).
         """
         # Position i attends to keys j <= i (§3.2.3). With right padding those are all real
         # tokens for a real position i; padding positions' outputs are never used.
@@ -225,7 +228,7 @@ class Transformer(nn.Module):
             x = x[:, -1:]  # [B, 1, d_model]
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return self.project(x), weights
+        return (self.project(x) if project_output else x), weights
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """``src`` [B, S], ``tgt_in`` [B, T] (both padded with ``pad_id``) -> logits [B, T, V]."""

@@ -28,6 +28,7 @@ from transformer_nmt.training.config import TrainConfig, learning_fingerprint, l
 from transformer_nmt.training.objective import (
     build_optimizer,
     build_scheduler,
+    chunked_label_smoothed_cross_entropy,
     label_smoothed_cross_entropy,
 )
 
@@ -81,6 +82,14 @@ class TranslationModule(L.LightningModule):
         return self.model(src, tgt_in)  # [B, T, V]
 
     def _loss(self, batch: dict[str, torch.Tensor]):
+        chunk = self.train_cfg.loss_chunk_tokens
+        if chunk:  # flag: the [tokens x V] logits a chunk at a time (memory, same numbers)
+            enc = self.model.encode(batch["src"])
+            hidden, _ = self.model.decode(batch["tgt_in"], enc, project_output=False)
+            return chunked_label_smoothed_cross_entropy(
+                hidden, self.model.project, batch["tgt_out"], chunk_tokens=chunk,
+                eps=self.eps_ls, pad_id=self.pad_id,
+            )  # fmt: skip
         logits = self.model(batch["src"], batch["tgt_in"])  # [B, T, V]
         return label_smoothed_cross_entropy(
             logits, batch["tgt_out"], eps=self.eps_ls, pad_id=self.pad_id
