@@ -235,10 +235,10 @@ def _unfused_attention(attn: MultiHeadAttention, x_q, x_kv, mask) -> torch.Tenso
     """§3.2.2 written out with separate W^Q, W^K, W^V (the blocks of the stacked matrices) and
     an explicit softmax: the reference for the fused projections."""
     if attn.self_attention:
-        w_q, w_k, w_v = attn.w_qkv.weight.split(attn.w_qkv.sizes)
+        w_q, w_k, w_v = attn.w_qkv.weight.split(attn.qkv_sizes)
     else:
         w_q = attn.w_q.weight
-        w_k, w_v = attn.w_kv.weight.split(attn.w_kv.sizes)
+        w_k, w_v = attn.w_kv.weight.split(attn.kv_sizes)
     heads = []
     for i in range(attn.h):
         rows_k = slice(i * attn.d_k, (i + 1) * attn.d_k)
@@ -273,7 +273,7 @@ def test_stacked_blocks_are_initialised_like_separate_matrices():
     cfg = apply_overrides(get_preset("tiny"), ["N=1", "d_model=256", "h=4", "d_k=64", "d_v=64"])
     attn = Transformer(cfg, vocab_size=V).encoder_layers[0].self_attn
     bound = math.sqrt(6 / (256 + 256))
-    for block in attn.w_qkv.blocks():
+    for block in attn.w_qkv.weight.split(attn.qkv_sizes):
         assert block.abs().max().item() <= bound
         assert block.abs().max().item() > 0.95 * bound  # not the stacked layer's smaller bound
 

@@ -9,7 +9,7 @@ W^V: d_model -> h*d_v, W^O: h*d_v -> d_model (d_k, d_v independent of d_model/h,
 Matrices that read the same input are stacked into one linear layer so that one GEMM computes
 them (speed only; the same numbers): self-attention's [W^Q; W^K; W^V] (``w_qkv``, d_model ->
 2*h*d_k + h*d_v) and cross-attention's [W^K; W^V] (``w_kv``) beside its ``w_q``. Each block is
-initialised as its own matrix (``FusedLinear.blocks``), and weights saved in the former layout
+initialised as its own matrix (``stacked_linear``), and weights saved in the former layout
 (separate ``w_q``/``w_k``/``w_v``) load into the stacked one (``_load_from_state_dict``).
 The projections have no bias terms, as in the paper's equations and tensor2tensor; ``bias=True``
 (the ``attention_bias`` model flag) adds them to all four. The product itself goes through
@@ -35,17 +35,14 @@ CAUSAL = "causal"
 AttentionMask = torch.Tensor | str | None  # a boolean mask, CAUSAL, or None
 
 
-class FusedLinear(nn.Linear):
-    """A linear layer whose output rows stack several matrices (``sizes`` rows each)."""
-
-    def __init__(self, d_in: int, sizes: tuple[int, ...], bias: bool) -> None:
-        super().__init__(d_in, sum(sizes), bias=bias)
-        self.sizes = sizes
-
-    def blocks(self) -> tuple[torch.Tensor, ...]:
-        """Views of the stacked weight, one [size, d_in] matrix per block (for initialisation:
-        Xavier's fan-out is each matrix's own)."""
-        return self.weight.split(self.sizes, dim=0)
+def stacked_linear(d_in: int, sizes: tuple[int, ...], bias: bool) -> nn.Linear:
+    """A plain ``nn.Linear`` whose output rows stack matrices of ``sizes`` rows each. Its
+    ``block_sizes`` attribute tells ``Transformer.reset_parameters`` to initialise each block as
+    its own matrix (Xavier's fan-out is that matrix's). A plain Linear so that tools that swap
+    linear layers (int8 dynamic quantisation) treat it as one."""
+    linear = nn.Linear(d_in, sum(sizes), bias=bias)
+    linear.block_sizes = sizes
+    return linear
 
 
 class MultiHeadAttention(nn.Module):
@@ -67,11 +64,14 @@ class MultiHeadAttention(nn.Module):
         self.h, self.d_k, self.d_v = h, d_k, d_v
         self.p_drop_attn = p_drop_attn
         self.self_attention = self_attention
+        # rows of the stacked projections: [W^Q; W^K; W^V] or [W^K; W^V]
+        self.qkv_sizes = (h * d_k, h * d_k, h * d_v)
+        self.kv_sizes = (h * d_k, h * d_v)
         if self_attention:
-            self.w_qkv = FusedLinear(d_model, (h * d_k, h * d_k, h * d_v), bias=bias)
+            self.w_qkv = stacked_linear(d_model, self.qkv_sizes, bias=bias)
         else:
             self.w_q = nn.Linear(d_model, h * d_k, bias=bias)
-            self.w_kv = FusedLinear(d_model, (h * d_k, h * d_v), bias=bias)
+            self.w_kv = stacked_linear(d_model, self.kv_sizes, bias=bias)
         self.w_o = nn.Linear(h * d_v, d_model, bias=bias)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
@@ -95,7 +95,7 @@ class MultiHeadAttention(nn.Module):
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Self-attention: queries, keys and values of ``x`` [B, L, d_model] with one GEMM:
         ([B, h, L, d_k], [B, h, L, d_k], [B, h, L, d_v])."""
-        q, k, v = self.w_qkv(x).split(self.w_qkv.sizes, dim=-1)  # [B, L, h*d_k|h*d_k|h*d_v]
+        q, k, v = self.w_qkv(x).split(self.qkv_sizes, dim=-1)  # [B, L, h*d_k|h*d_k|h*d_v]
         return self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
 
     def project_q(self, x_q: torch.Tensor) -> torch.Tensor:
@@ -108,7 +108,7 @@ class MultiHeadAttention(nn.Module):
         """Keys and values of ``x_kv`` [B, L_k, d_model]: ([B, h, L_k, d_k], [B, h, L_k, d_v])."""
         if self.self_attention:
             return self.project_qkv(x_kv)[1:]
-        k, v = self.w_kv(x_kv).split(self.w_kv.sizes, dim=-1)  # [B, L_k, h*d_k|h*d_v]
+        k, v = self.w_kv(x_kv).split(self.kv_sizes, dim=-1)  # [B, L_k, h*d_k|h*d_v]
         return self._split(k, self.d_k), self._split(v, self.d_v)
 
     def attend(

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_nmt.errors import ConfigError
-from transformer_nmt.model.attention import CAUSAL, FusedLinear
+from transformer_nmt.model.attention import CAUSAL
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.layers import DecoderLayer, EncoderLayer, LayerCache
 from transformer_nmt.model.positional import LearnedPositions, SinusoidalPositions
@@ -140,13 +140,11 @@ class Transformer(nn.Module):
         """Initialisation documented in the module docstring."""
         d_model = self.cfg.d_model
         for module in self.modules():
-            if isinstance(module, FusedLinear):  # stacked W^Q, W^K, W^V: each its own matrix
-                for block in module.blocks():
+            if isinstance(module, nn.Linear):
+                # stacked W^Q, W^K, W^V (attention.stacked_linear): each block its own matrix
+                sizes = getattr(module, "block_sizes", [module.out_features])
+                for block in module.weight.split(sizes, dim=0):
                     nn.init.xavier_uniform_(block)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
         nn.init.normal_(self.src_embed.weight, mean=0.0, std=d_model**-0.5)
