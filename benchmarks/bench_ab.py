@@ -12,7 +12,9 @@ Usage, e.g. the checkout before a change in /tmp/base (``git archive <commit> sr
         --metric tgt_tokens_per_s --key preset -- benchmarks/bench_training.py --presets tiny
 
 Every run's JSON (the script's ``--out``) goes to a temporary file; rows are matched between
-A and B by the ``--key`` fields. Writes ``benchmarks/out/ab.json`` (``--out``).
+A and B by the ``--key`` fields. ``--b-args`` appends arguments to B's command only, to
+compare a flag within one source tree (``--a src --b src --b-args "--quantize int8"``).
+Writes ``benchmarks/out/ab.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--metric", required=True, help="row field compared, higher = better")
     parser.add_argument("--key", nargs="+", required=True, help="row fields that name a row")
+    parser.add_argument("--b-args", default="", help="extra arguments for B's runs only")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- script [args]")
     args = parser.parse_args()
@@ -53,7 +56,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.repeats):
             for side in ("a", "b"):
-                rows = run_once(getattr(args, side), command, Path(tmp) / f"{side}.json")
+                extra = args.b_args.split() if side == "b" else []
+                rows = run_once(getattr(args, side), command + extra, Path(tmp) / f"{side}.json")
                 for row in rows:
                     key = tuple(row[k] for k in args.key)
                     values[side].setdefault(key, []).append(float(row[args.metric]))
@@ -80,7 +84,8 @@ def main() -> None:
             f"{row['ratio_median']:>10.3f} [{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]"
         )
     print(f"1-min load average during the runs: {min(load):.1f} to {max(load):.1f}")
-    meta = {"a": args.a, "b": args.b, "command": command, "metric": args.metric,
+    meta = {"a": args.a, "b": args.b, "b_args": args.b_args, "command": command,
+            "metric": args.metric,
             "repeats": args.repeats, "load_average_1min": load}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": table}, indent=2) + "\n")

@@ -29,6 +29,7 @@ import torch
 from transformer_nmt.model.config import get_preset
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.search import beam_search, greedy_search
+from transformer_nmt.translation import QUANTIZE, quantize_model
 
 OUT = Path(__file__).resolve().parent / "out" / "decoding.json"
 PAD, BOS, EOS = 0, 2, 3
@@ -83,6 +84,9 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="tiny only, 4 sentences")
     parser.add_argument(
+        "--quantize", choices=QUANTIZE, default=None, help="translate --quantize (CPU only)"
+    )
+    parser.add_argument(
         "--cache-only",
         action="store_true",
         help="measure the cached search only (no full recomputation, no cache speed-up)",
@@ -110,6 +114,8 @@ def main() -> None:
         torch.manual_seed(0)
         model = Transformer(get_preset(preset), vocab_size=args.vocab_size, pad_id=PAD)
         model = model.to(device).eval()
+        if args.quantize:
+            model = quantize_model(model, args.quantize, device)
         for beam in (1, 4):
             for use_cache in (True,) if args.cache_only else (True, False):
                 seconds, cpu_seconds = measure(
@@ -125,6 +131,7 @@ def main() -> None:
                     "search": "greedy" if beam == 1 else f"beam{beam}",
                     "beam_size": beam,
                     "use_cache": use_cache,
+                    "quantize": args.quantize,
                     "seconds": seconds,
                     "sentences_per_s": args.batch / seconds,
                     "cpu_seconds": cpu_seconds,
