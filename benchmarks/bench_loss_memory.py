@@ -76,10 +76,14 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=512)
     parser.add_argument("--chunks", type=int, nargs="+", default=[0, 1024, 256])
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
         row = child(args.tokens, args.vocab, args.d_model, args.child, args.repeats)
         print(json.dumps(row))
         return
@@ -94,7 +98,8 @@ def main() -> None:
     for chunk in args.chunks:
         command = [sys.executable, __file__, "--tokens", str(args.tokens), "--vocab",
                    str(args.vocab), "--d-model", str(args.d_model), "--repeats",
-                   str(args.repeats), "--child", str(chunk)]  # fmt: skip
+                   str(args.repeats), "--threads", str(args.threads),
+                   "--child", str(chunk)]  # fmt: skip
         result = subprocess.run(command, check=True, capture_output=True, text=True)
         row = json.loads(result.stdout.strip().splitlines()[-1])
         rows.append(row)
@@ -104,7 +109,7 @@ def main() -> None:
         )
         load.append(os.getloadavg()[0])
     meta = {"tokens": args.tokens, "vocab": args.vocab, "d_model": args.d_model,
-            "logits_mib_fp32": logits_mib, "torch_threads_default": True,
+            "logits_mib_fp32": logits_mib, "threads": args.threads,
             "machine": platform.machine(), "load_average_1min": load}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
