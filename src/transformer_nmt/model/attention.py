@@ -35,6 +35,10 @@ CAUSAL = "causal"
 AttentionMask = torch.Tensor | str | None  # a boolean mask, CAUSAL, or None
 
 
+# The stacked layers and the separate matrices they replace (checkpoints written before).
+FORMER_LAYOUT = {"w_qkv": ("w_q", "w_k", "w_v"), "w_kv": ("w_k", "w_v")}
+
+
 def stacked_linear(d_in: int, sizes: tuple[int, ...], bias: bool) -> nn.Linear:
     """A plain ``nn.Linear`` whose output rows stack matrices of ``sizes`` rows each. Its
     ``block_sizes`` attribute tells ``Transformer.reset_parameters`` to initialise each block as
@@ -76,10 +80,8 @@ class MultiHeadAttention(nn.Module):
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         # Weights saved before the projections were stacked: w_q, w_k, w_v -> w_qkv or w_kv.
-        if self.self_attention:
-            name, parts = "w_qkv", ("w_q", "w_k", "w_v")
-        else:
-            name, parts = "w_kv", ("w_k", "w_v")
+        name = "w_qkv" if self.self_attention else "w_kv"
+        parts = FORMER_LAYOUT[name]
         for suffix in ("weight", "bias"):
             keys = [f"{prefix}{part}.{suffix}" for part in parts]
             if all(key in state_dict for key in keys):

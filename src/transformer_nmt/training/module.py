@@ -20,7 +20,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from transformer_nmt.checkpoints import LEARNING_KEY
+from transformer_nmt.checkpoints import LEARNING_KEY, stack_former_optimizer_state
 from transformer_nmt.errors import UserFacingError
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
@@ -71,6 +71,12 @@ class TranslationModule(L.LightningModule):
             "model_config": self.cfg.to_dict(),
             "train": learning_settings(self.train_cfg),
         }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # A run started before the attention projections were stacked resumes: its optimizer
+        # state is stacked like the weights (which convert when the state dict loads).
+        names = [name for name, _ in self.named_parameters()]
+        stack_former_optimizer_state(checkpoint, names)
 
     def on_fit_start(self) -> None:
         # With fp16 mixed precision the GradScaler skips steps with inf gradients by design.
