@@ -4,6 +4,7 @@ and DDP ranks (float64, CPU)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -207,3 +208,34 @@ def test_a_run_from_before_the_stacked_projections_resumes_with_its_adam_moments
     fresh.load_state_dict(checkpoint["state_dict"])
     for (name, a), b in zip(fresh.named_parameters(), module.parameters(), strict=True):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_compiled_training_steps_equal_eager_ones() -> None:
+    """``train.compile``: three forward/backward/Adam steps of the torch.compile'd model give
+    the eager model's losses and weights (float32; inductor builds C++ kernels on CPU)."""
+    import shutil
+
+    if shutil.which(os.environ.get("CXX", "g++")) is None and shutil.which("gcc") is None:
+        pytest.skip("torch.compile's CPU backend (inductor) needs a C++ compiler; none found")
+    batch = _batches()[1]
+    runs = {}
+    for compile_ in (False, True):
+        torch.manual_seed(0)
+        train = {"accelerator": "cpu", "max_steps": 3, "compile": compile_}
+        module = TranslationModule(_model_config(), dict(VOCAB), train)
+        optimizer = module.configure_optimizers()["optimizer"]
+        losses = []
+        for _ in range(3):
+            out = module._loss(batch)
+            (out.loss / out.ntokens).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(out.loss.detach())
+        assert ("_compiled_model" in module.__dict__) == compile_
+        runs[compile_] = (torch.stack(losses), dict(module.model.state_dict()))
+        assert list(module.state_dict()) == [f"model.{k}" for k in module.model.state_dict()]
+    torch.testing.assert_close(runs[True][0], runs[False][0], rtol=1e-5, atol=1e-5)
+    for key, value in runs[False][1].items():
+        torch.testing.assert_close(runs[True][1][key], value, rtol=1e-4, atol=1e-5, msg=key)

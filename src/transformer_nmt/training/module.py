@@ -87,6 +87,17 @@ class TranslationModule(L.LightningModule):
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         return self.model(src, tgt_in)  # [B, T, V]
 
+    def _forward_model(self) -> torch.nn.Module:
+        """``self.model``, or with ``train.compile`` its ``torch.compile`` wrapper (same
+        weights; kept out of the module tree so that checkpoints keep their ``model.*`` keys)."""
+        if not self.train_cfg.compile:
+            return self.model
+        compiled = self.__dict__.get("_compiled_model")
+        if compiled is None:
+            compiled = torch.compile(self.model)
+            object.__setattr__(self, "_compiled_model", compiled)  # not a registered submodule
+        return compiled
+
     def _loss(self, batch: dict[str, torch.Tensor]):
         chunk = self.train_cfg.loss_chunk_tokens
         if chunk:  # flag: the [tokens x V] logits a chunk at a time (memory, same numbers)
@@ -96,7 +107,7 @@ class TranslationModule(L.LightningModule):
                 hidden, self.model.project, batch["tgt_out"], chunk_tokens=chunk,
                 eps=self.eps_ls, pad_id=self.pad_id,
             )  # fmt: skip
-        logits = self.model(batch["src"], batch["tgt_in"])  # [B, T, V]
+        logits = self._forward_model()(batch["src"], batch["tgt_in"])  # [B, T, V]
         return label_smoothed_cross_entropy(
             logits, batch["tgt_out"], eps=self.eps_ls, pad_id=self.pad_id
         )
