@@ -13,7 +13,8 @@ Usage, e.g. the checkout before a change in /tmp/base (``git archive <commit> sr
 
 Every run's JSON (the script's ``--out``) goes to a temporary file; rows are matched between
 A and B by the ``--key`` fields. ``--b-args`` appends arguments to B's command only, to
-compare a flag within one source tree (``--a src --b src --b-args "--quantize int8"``).
+compare a flag within one source tree (``--a src --b src --b-args="--compile"``; write it
+with ``=``: argparse takes a lone ``--flag`` value for an option).
 Writes ``benchmarks/out/ab.json`` (``--out``).
 """
 
