@@ -34,8 +34,11 @@ OUT = Path(__file__).resolve().parent / "out" / "decoding.json"
 PAD, BOS, EOS = 0, 2, 3
 
 
-def measure(model, src, *, beam: int, use_cache: bool, out_len: int, repeats: int) -> float:
-    """Best-of-``repeats`` wall time of one search over ``src``, in seconds."""
+def measure(
+    model, src, *, beam: int, use_cache: bool, out_len: int, repeats: int
+) -> tuple[float, float]:
+    """Best-of-``repeats`` wall time and process CPU time of one search over ``src``, in
+    seconds (CPU time is less sensitive to other processes on a loaded machine)."""
     src_len = src.shape[1]
     kwargs = dict(
         bos_id=BOS,
@@ -45,11 +48,11 @@ def measure(model, src, *, beam: int, use_cache: bool, out_len: int, repeats: in
         min_len=out_len,
         use_cache=use_cache,
     )
-    best = float("inf")
+    best = best_cpu = float("inf")
     for _ in range(repeats):
         if src.is_cuda:
             torch.cuda.synchronize()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         if beam == 1:
             outputs = greedy_search(model, src, **kwargs)
         else:
@@ -57,8 +60,9 @@ def measure(model, src, *, beam: int, use_cache: bool, out_len: int, repeats: in
         if src.is_cuda:
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
+        best_cpu = min(best_cpu, time.process_time() - cpu_start)
         assert all(len(out) == out_len for out in outputs), "outputs were not forced to out_len"
-    return best
+    return best, best_cpu
 
 
 def main() -> None:
@@ -78,6 +82,14 @@ def main() -> None:
         "spin against other processes and make timings erratic); 0 = torch's default",
     )
     parser.add_argument("--quick", action="store_true", help="tiny only, 4 sentences")
+    parser.add_argument(
+        "--quantize", choices=("int8",), default=None, help="translate --quantize (CPU only)"
+    )
+    parser.add_argument(
+        "--cache-only",
+        action="store_true",
+        help="measure the cached search only (no full recomputation, no cache speed-up)",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     if args.quick:
@@ -101,9 +113,14 @@ def main() -> None:
         torch.manual_seed(0)
         model = Transformer(get_preset(preset), vocab_size=args.vocab_size, pad_id=PAD)
         model = model.to(device).eval()
+        if args.quantize:
+            # imported here so that the script also runs on older checkouts (bench_ab.py)
+            from transformer_nmt.translation import quantize_model
+
+            model = quantize_model(model, args.quantize, device)
         for beam in (1, 4):
-            for use_cache in (True, False):
-                seconds = measure(
+            for use_cache in (True,) if args.cache_only else (True, False):
+                seconds, cpu_seconds = measure(
                     model,
                     src,
                     beam=beam,
@@ -116,8 +133,11 @@ def main() -> None:
                     "search": "greedy" if beam == 1 else f"beam{beam}",
                     "beam_size": beam,
                     "use_cache": use_cache,
+                    "quantize": args.quantize,
                     "seconds": seconds,
                     "sentences_per_s": args.batch / seconds,
+                    "cpu_seconds": cpu_seconds,
+                    "sentences_per_cpu_s": args.batch / cpu_seconds,
                     "target_tokens_per_s": args.batch * args.out_len / seconds,
                 }
                 rows.append(row)
@@ -133,6 +153,8 @@ def main() -> None:
         for search in ("greedy", "beam4"):
             pair = [r for r in rows if (r["preset"], r["search"]) == (preset, search)]
             t = {r["use_cache"]: r["seconds"] for r in pair}
+            if len(t) < 2:
+                continue
             speedups[f"{preset}/{search}"] = t[False] / t[True]
     print()
     for key, ratio in speedups.items():

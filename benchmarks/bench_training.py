@@ -109,12 +109,13 @@ def bench(
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(steps):
         step()
     if device == "cuda":
         torch.cuda.synchronize()
     seconds = (time.perf_counter() - start) / steps
+    cpu_seconds = (time.process_time() - cpu_start) / steps  # less sensitive to other load
     row = {
         "preset": preset,
         "device": device,
@@ -126,6 +127,8 @@ def bench(
         "tgt_tokens_per_step": batch * length,
         "seconds_per_step": seconds,
         "tgt_tokens_per_s": batch * length / seconds,
+        "cpu_seconds_per_step": cpu_seconds,
+        "tgt_tokens_per_cpu_s": batch * length / cpu_seconds,
         "src_tokens_per_s": batch * length / seconds,
         "threads": torch.get_num_threads(),
         "steps": steps,
@@ -164,9 +167,18 @@ def main() -> None:
     )
     parser.add_argument("--skip-cpu", action="store_true")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch intra-op threads on CPU; 0 = torch's default. On a loaded machine 1 thread "
+        "and tgt_tokens_per_cpu_s (process CPU time) give steadier A/B ratios",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
 
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]  # other processes on the machine skew CPU numbers
     rows = []
     if not args.skip_cpu:

@@ -198,3 +198,27 @@ def test_experiment_mismatch_is_one_rule_for_config_and_vocabulary() -> None:
     assert other_vocab == f"another vocabulary (sha256 {'ab' * 32}, expected {'cd' * 32})"
     # a model config of None checks the vocabulary only (the translator's case)
     assert ck.experiment_mismatch(meta, model_config=None, vocab_sha256=VOCAB["sha256"]) is None
+
+
+def test_checkpoints_in_the_former_attention_layout_average_and_load(tmp_path: Path) -> None:
+    """Checkpoints written before W^Q, W^K, W^V were stacked (separate w_q/w_k/w_v keys) still
+    average and load; the model file keeps their layout and loads into the stacked one."""
+    from tests.test_model_transformer import former_layout
+
+    states = []
+    for step in (1, 2):
+        state = lightning_like_checkpoint(tmp_path / ck.checkpoint_name(step), step, seed=step)
+        payload = torch.load(tmp_path / ck.checkpoint_name(step), weights_only=True)
+        payload["state_dict"] = {f"model.{k}": v for k, v in former_layout(state).items()}
+        torch.save(payload, tmp_path / ck.checkpoint_name(step))
+        states.append(state)
+    avg = ck.average_checkpoints([tmp_path / ck.checkpoint_name(s) for s in (1, 2)])
+    assert "encoder_layers.0.self_attn.w_k.weight" in avg
+    out = tmp_path / "averaged.pt"
+    ck.save_model_file(
+        out, model_config=CFG.to_dict(), state_dict=avg, vocab=VOCAB, step=2,
+        source_checkpoints=["a", "b"],
+    )  # fmt: skip
+    model, _ = ck.load_model_file(out)
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, (states[0][key] + states[1][key]) / 2)

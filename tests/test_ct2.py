@@ -1,4 +1,5 @@
-"""CTranslate2 export (``export-ct2``) and decoding (``translate --engine ctranslate2``).
+"""CTranslate2 export (``export-ct2``) and decoding (``translate --engine ctranslate2``), and
+the other CPU decoding speed flag, ``translate --quantize int8`` (torch engine).
 
 CTranslate2 is an optional dependency (``pip install '.[ct2]'``): every test that needs it is
 skipped with the reason when it is not installed; the install hint is tested without it.
@@ -81,9 +82,9 @@ def _save(path: Path, model: Transformer, spm_model: Path, step: int = 1) -> Pat
 
 
 @pytest.fixture(scope="module")
-def trained(ct2, spm_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def trained_model(spm_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny Transformer trained for 150 updates on the toy pair (dev BLEU ~45, so its beams
-    still hold real alternatives), as a model file and exported to CTranslate2."""
+    still hold real alternatives), as a model file."""
     import sentencepiece as spm
 
     threads = torch.get_num_threads()  # module fixtures run before the autouse one_thread
@@ -109,8 +110,15 @@ def trained(ct2, spm_model: Path, tmp_path_factory: pytest.TempPathFactory) -> d
         scheduler.step()
     torch.set_num_threads(threads)
     model_file = _save(root / "model.pt", model, spm_model, step=150)
-    ct2.export_ct2(model_file, spm_model, root / "ct2")
-    return {"model": model_file, "ct2": root / "ct2", "spm": spm_model}
+    return {"model": model_file, "spm": spm_model}
+
+
+@pytest.fixture(scope="module")
+def trained(ct2, trained_model: dict[str, Path]) -> dict[str, Path]:
+    """``trained_model`` and its CTranslate2 export."""
+    out = trained_model["model"].parent / "ct2"
+    ct2.export_ct2(trained_model["model"], trained_model["spm"], out)
+    return {**trained_model, "ct2": out}
 
 
 @pytest.mark.parametrize(
@@ -260,3 +268,37 @@ def test_long_sources_are_cut_to_the_exported_positions(ct2, trained, tmp_path) 
     long_line = " ".join(["der hund läuft im park"] * 8)
     assert len(translator.translate([long_line, "ein mann"])) == 2
     assert translator.truncated == 1
+
+
+def test_int8_quantised_torch_decoding_mostly_agrees(trained_model) -> None:
+    """``translate --quantize int8`` (torch engine, CPU): the trained toy model's beam-search
+    translations stay mostly the same, and so does the corpus BLEU (the flag's BLEU change
+    on a real model is in benchmarks/RESULTS.md)."""
+    import sacrebleu
+
+    pairs = _pairs(60, seed=1)
+    lines, refs = [s for s, _ in pairs], [t for _, t in pairs]
+    settings = SearchSettings(beam=4, alpha=0.6)
+    fp32 = _translations(Translator(trained_model["model"], trained_model["spm"], settings), lines)
+    quantized = Translator(trained_model["model"], trained_model["spm"], settings, quantize="int8")
+    kinds = {type(m).__module__ for m in quantized.model.modules()}
+    assert "torch.ao.nn.quantized.dynamic.modules.linear" in kinds
+    assert not any(type(m) is torch.nn.Linear for m in quantized.model.modules())
+    int8 = _translations(quantized, lines)
+    same = sum(a == b for a, b in zip(fp32, int8, strict=True)) / len(lines)
+    bleu_fp32 = sacrebleu.corpus_bleu(fp32, [refs]).score
+    bleu_int8 = sacrebleu.corpus_bleu(int8, [refs]).score
+    assert same >= 0.8, f"only {same:.0%} identical translations"
+    assert bleu_int8 >= bleu_fp32 - 2.0, (bleu_fp32, bleu_int8)
+    with pytest.raises(ConfigError, match="--quantize"):
+        open_translator(
+            "ctranslate2",
+            trained_model["model"].parent,
+            trained_model["spm"],
+            settings,
+            quantize="int8",
+        )
+    with pytest.raises(ConfigError, match="CPU"):
+        Translator(
+            trained_model["model"], trained_model["spm"], settings, device="cuda", quantize="int8"
+        )

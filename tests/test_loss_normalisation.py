@@ -4,6 +4,7 @@ and DDP ranks (float64, CPU)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,14 +65,14 @@ class GradientRecorder(TranslationModule):
         self.recorded = {n: p.grad.detach().clone() for n, p in self.named_parameters()}
 
 
-def _module() -> GradientRecorder:
+def _module(**train: object) -> GradientRecorder:
     torch.manual_seed(0)
-    train = {"accelerator": "cpu", "precision": "64-true", "max_steps": 1}
+    train = {"accelerator": "cpu", "precision": "64-true", "max_steps": 1, **train}
     return GradientRecorder(_model_config(), dict(VOCAB), train).double()
 
 
-def update_gradient(batches: list[dict[str, torch.Tensor]], accumulate: int) -> dict:
-    module = _module()
+def update_gradient(batches: list[dict[str, torch.Tensor]], accumulate: int, **train) -> dict:
+    module = _module(**train)
     trainer = L.Trainer(
         accelerator="cpu",
         devices=1,
@@ -103,6 +104,14 @@ def test_accumulated_micro_batches_give_the_gradient_of_one_batch() -> None:
     # the rule this replaces (Lightning's mean of per-micro-batch means) is measurably different
     mean_of_means = _mean_of_per_batch_means(batches)
     assert max(float((mean_of_means[n] - one[n]).abs().max()) for n in one) > 1e-4
+
+
+def test_chunked_loss_flag_gives_the_same_update_gradient() -> None:
+    # train.loss_chunk_tokens: projection + loss 5 target tokens at a time (memory only)
+    batches = _batches()
+    plain = update_gradient(batches, accumulate=len(batches))
+    chunked = update_gradient(batches, accumulate=len(batches), loss_chunk_tokens=5)
+    _assert_equal_gradients(chunked, plain)
 
 
 def _mean_of_per_batch_means(batches: list[dict[str, torch.Tensor]]) -> dict:
@@ -150,3 +159,83 @@ def test_two_ddp_ranks_with_accumulation_give_the_gradient_of_one_batch(tmp_path
     assert result.returncode == 0, result.stderr[-3000:]
     ddp = torch.load(out, weights_only=True)
     _assert_equal_gradients(ddp, update_gradient([_merge(_batches())], accumulate=1))
+
+
+def test_a_run_from_before_the_stacked_projections_resumes_with_its_adam_moments() -> None:
+    """A Lightning checkpoint with separate W^Q, W^K, W^V (weights and Adam moments) converts
+    to the stacked layout on loading: the same weights and the same optimizer state."""
+    from tests.test_model_transformer import former_layout
+    from transformer_nmt.model.attention import FORMER_LAYOUT
+
+    module = _module()
+    optimizer = module.configure_optimizers()["optimizer"]
+    batch = _batches()[1]
+    module._loss(batch).loss.backward()
+    optimizer.step()
+    expected = optimizer.state_dict()
+    names = [name for name, _ in module.named_parameters()]
+    # the same state in the former layout: split every stacked parameter's moments
+    old_state = former_layout({f"model.{k}": v for k, v in module.model.state_dict().items()})
+    old_names = list(old_state)
+    moments = {}
+    for i, name in enumerate(names):
+        state = expected["state"][i]
+        head, layer, suffix = name.rsplit(".", 2)
+        if layer in FORMER_LAYOUT:
+            parts = [f"{head}.{part}.{suffix}" for part in FORMER_LAYOUT[layer]]
+            split = {k: v.chunk(len(parts)) for k, v in state.items() if v.dim() > 0}
+            for j, part in enumerate(parts):
+                moments[part] = {"step": state["step"], **{k: v[j] for k, v in split.items()}}
+        else:
+            moments[name] = state
+    checkpoint = {
+        "state_dict": old_state,
+        "optimizer_states": [{
+            "state": {old_names.index(n): s for n, s in moments.items()},
+            "param_groups": [{**expected["param_groups"][0],
+                              "params": list(range(len(old_names)))}],
+        }],
+    }  # fmt: skip
+    assert len(old_names) > len(names)
+    module.on_load_checkpoint(checkpoint)
+    converted = checkpoint["optimizer_states"][0]
+    assert converted["param_groups"][0]["params"] == expected["param_groups"][0]["params"]
+    assert converted["state"].keys() == expected["state"].keys()
+    for i, state in expected["state"].items():
+        for key, value in state.items():
+            assert torch.equal(converted["state"][i][key], value), (names[i], key)
+    fresh = _module()
+    fresh.load_state_dict(checkpoint["state_dict"])
+    for (name, a), b in zip(fresh.named_parameters(), module.parameters(), strict=True):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_compiled_training_steps_equal_eager_ones() -> None:
+    """``train.compile``: three forward/backward/Adam steps of the torch.compile'd model give
+    the eager model's losses and weights (float32; inductor builds C++ kernels on CPU)."""
+    import shutil
+
+    if shutil.which(os.environ.get("CXX", "g++")) is None and shutil.which("gcc") is None:
+        pytest.skip("torch.compile's CPU backend (inductor) needs a C++ compiler; none found")
+    batch = _batches()[1]
+    runs = {}
+    for compile_ in (False, True):
+        torch.manual_seed(0)
+        train = {"accelerator": "cpu", "max_steps": 3, "compile": compile_}
+        module = TranslationModule(_model_config(), dict(VOCAB), train)
+        optimizer = module.configure_optimizers()["optimizer"]
+        losses = []
+        for _ in range(3):
+            out = module._loss(batch)
+            (out.loss / out.ntokens).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(out.loss.detach())
+        assert ("_compiled_model" in module.__dict__) == compile_
+        runs[compile_] = (torch.stack(losses), dict(module.model.state_dict()))
+        assert list(module.state_dict()) == [f"model.{k}" for k in module.model.state_dict()]
+    torch.testing.assert_close(runs[True][0], runs[False][0], rtol=1e-5, atol=1e-5)
+    for key, value in runs[False][1].items():
+        torch.testing.assert_close(runs[True][1][key], value, rtol=1e-4, atol=1e-5, msg=key)

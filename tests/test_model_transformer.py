@@ -9,6 +9,7 @@ import torch
 
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.model import Transformer, apply_overrides, count_parameters, get_preset
+from transformer_nmt.model.attention import CAUSAL, MultiHeadAttention
 from transformer_nmt.model.positional import SinusoidalPositions, sinusoidal_encoding
 
 PAD, BOS, EOS = 0, 2, 3
@@ -160,12 +161,14 @@ def test_attention_projections_are_bias_free_unless_flagged():
     # §3.2.2: W^Q, W^K, W^V, W^O are plain matrices; attention_bias=true adds a bias to each.
     model = make_model()
     projections = [
-        getattr(attn, name)
+        module
         for attn in model.modules()
-        if attn.__class__.__name__ == "MultiHeadAttention"
-        for name in ("w_q", "w_k", "w_v", "w_o")
+        if isinstance(attn, MultiHeadAttention)
+        for module in attn.children()
     ]
-    assert len(projections) == 6 * 4  # N=2: one attention per encoder layer, two per decoder layer
+    # N=2: one attention per encoder layer, two per decoder layer; self-attention stacks
+    # W^Q, W^K, W^V in one layer (+ W^O), cross-attention W^Q and [W^K; W^V] (+ W^O)
+    assert len(projections) == 4 * 2 + 2 * 3
     assert all(p.bias is None for p in projections)
     biased = make_model("attention_bias=true")
     assert count_parameters(biased) - count_parameters(model) == 6 * (2 * 4 * 8 + 4 * 6 + 32)
@@ -246,8 +249,11 @@ def test_per_head_attention_weights_equal_explicit_softmax(mask_kind):
     _, averaged = mha(x_q, x_kv, mask, need_weights=True)
     assert per_head.shape == (2, h, 6, 6)
     # softmax(Q K^T / sqrt(d_k)) per head, from the projection matrices by hand (§3.2.1)
-    q = (x_q @ mha.w_q.weight.T + mha.w_q.bias).view(2, 6, h, d_k).transpose(1, 2)
-    k = (x_kv @ mha.w_k.weight.T + mha.w_k.bias).view(2, 6, h, d_k).transpose(1, 2)
+    (w_q, w_k, _), (b_q, b_k, _) = (
+        t.split(mha.qkv_sizes) for t in (mha.w_qkv.weight, mha.w_qkv.bias)
+    )
+    q = (x_q @ w_q.T + b_q).view(2, 6, h, d_k).transpose(1, 2)
+    k = (x_kv @ w_k.T + b_k).view(2, 6, h, d_k).transpose(1, 2)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # [B, h, L_q, L_k]
     if mask_kind == "padding":
         scores[1, :, :, 4:] = float("-inf")
@@ -279,3 +285,106 @@ def test_decode_returns_per_head_cross_attention_of_a_chosen_layer():
     assert torch.all(first[padded] == 0) and torch.all(last[padded] == 0)
     with pytest.raises(ConfigError, match="attention_layer 2 out of range for 2"):
         model.decode(tgt, enc, return_attention=True, attention_layer=2)
+
+
+def _unfused_attention(attn: MultiHeadAttention, x_q, x_kv, mask) -> torch.Tensor:
+    """§3.2.2 written out with separate W^Q, W^K, W^V (the blocks of the stacked matrices) and
+    an explicit softmax: the reference for the fused projections."""
+    if attn.self_attention:
+        w_q, w_k, w_v = attn.w_qkv.weight.split(attn.qkv_sizes)
+    else:
+        w_q = attn.w_q.weight
+        w_k, w_v = attn.w_kv.weight.split(attn.kv_sizes)
+    heads = []
+    for i in range(attn.h):
+        rows_k = slice(i * attn.d_k, (i + 1) * attn.d_k)
+        rows_v = slice(i * attn.d_v, (i + 1) * attn.d_v)
+        q, k, v = x_q @ w_q[rows_k].T, x_kv @ w_k[rows_k].T, x_kv @ w_v[rows_v].T
+        scores = q @ k.transpose(-2, -1) / math.sqrt(attn.d_k)  # [B, L_q, L_k]
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        heads.append(scores.softmax(dim=-1) @ v)  # [B, L_q, d_v]
+    return torch.cat(heads, dim=-1) @ attn.w_o.weight.T  # Concat(head_1..h) W^O
+
+
+def test_stacked_projections_equal_separate_matrices():
+    model = make_model()
+    x = torch.randn(3, 5, 32, dtype=torch.float64)
+    memory = torch.randn(3, 7, 32, dtype=torch.float64)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    layer = model.decoder_layers[0]
+    self_out, _ = layer.self_attn(x, x, CAUSAL)
+    torch.testing.assert_close(self_out, _unfused_attention(layer.self_attn, x, x, causal))
+    # the self-attention's split paths (queries alone, keys/values alone) agree too
+    k, v = layer.self_attn.project_kv(x)
+    split_out, _ = layer.self_attn.attend(x, k, v, CAUSAL)
+    torch.testing.assert_close(split_out, self_out, rtol=0, atol=1e-12)
+    cross_out, _ = layer.cross_attn(x, memory)
+    torch.testing.assert_close(cross_out, _unfused_attention(layer.cross_attn, x, memory, None))
+
+
+def test_stacked_blocks_are_initialised_like_separate_matrices():
+    # Xavier's bound uses each matrix's own fan-out, not the stacked layer's
+    torch.manual_seed(0)
+    cfg = apply_overrides(get_preset("tiny"), ["N=1", "d_model=256", "h=4", "d_k=64", "d_v=64"])
+    attn = Transformer(cfg, vocab_size=V).encoder_layers[0].self_attn
+    bound = math.sqrt(6 / (256 + 256))
+    for block in attn.w_qkv.weight.split(attn.qkv_sizes):
+        assert block.abs().max().item() <= bound
+        assert block.abs().max().item() > 0.95 * bound  # not the stacked layer's smaller bound
+
+
+def former_layout(state: dict) -> dict:
+    """A state dict in the layout written before the projections were stacked."""
+    old = {}
+    for key, value in state.items():
+        for stacked, parts in ((".w_qkv.", ("w_q", "w_k", "w_v")), (".w_kv.", ("w_k", "w_v"))):
+            if stacked in key:
+                head, tail = key.split(stacked)
+                for part, chunk in zip(parts, value.chunk(len(parts)), strict=True):
+                    old[f"{head}.{part}.{tail}"] = chunk.clone()
+                break
+        else:
+            old[key] = value
+    return old
+
+
+@pytest.mark.parametrize("extra", [(), ("attention_bias=true",)])
+def test_weights_in_theformer_layout_load(extra):
+    # d_k = d_v here so that the former layout can be cut from the stacked weights evenly
+    model = make_model("d_v=8", *extra)
+    old = former_layout(model.state_dict())
+    assert "decoder_layers.0.self_attn.w_k.weight" in old
+    assert "decoder_layers.0.cross_attn.w_q.weight" in old
+    assert not any("w_qkv" in key or "w_kv" in key for key in old)
+    fresh = make_model("d_v=8", *extra, seed=1)
+    fresh.load_state_dict(old, strict=True)
+    src, tgt = random_batch()
+    torch.testing.assert_close(fresh(src, tgt), model(src, tgt), rtol=0, atol=0)
+
+
+def test_preallocated_cache_grows_and_reorders_like_full_recompute(monkeypatch):
+    # a small first capacity: the buffers double several times during 9 steps
+    from transformer_nmt.model.layers import LayerCache
+
+    monkeypatch.setattr(LayerCache, "MIN_CAPACITY", 2)
+    model = make_model()
+    src, _ = random_batch()
+    g = torch.Generator().manual_seed(5)
+    tgt = torch.randint(4, V, (3, 9), generator=g)
+    tgt[:, 0] = BOS
+    enc = model.encode(src)
+    state = model.init_state(enc)
+    rows = torch.arange(3)  # which original row each cached row continues
+    capacities = set()
+    for t in range(tgt.shape[1]):
+        if t in (3, 6):  # beam-style reordering with repeated and dropped rows
+            index = torch.tensor([2, 0, 0]) if t == 3 else torch.tensor([1, 2])
+            state.reorder(index)
+            rows = rows[index]
+        logits, _ = model.decode_step(tgt[rows, t], state)
+        full, _ = model.decode(tgt[rows, : t + 1], enc.index_select(rows))
+        torch.testing.assert_close(logits, full[:, t], rtol=0, atol=1e-12)
+        capacities.add(state.layers[0]._k.shape[2])
+    assert capacities == {2, 6, 14}  # grown in place of a copy per step
+    assert state.layers[0].self_k.shape == (2, 4, 9, 8)

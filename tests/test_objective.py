@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from transformer_nmt.training.objective import (
     build_optimizer,
     build_scheduler,
+    chunked_label_smoothed_cross_entropy,
     label_smoothed_cross_entropy,
     paper_lr,
 )
@@ -102,3 +103,35 @@ def test_scheduler_needs_unit_base_lr():
     optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
     with pytest.raises(ValueError, match="lr 1.0"):
         build_scheduler(optimizer, d_model=512)
+
+
+@pytest.mark.parametrize("chunk_tokens", [1, 4, 7, 1000])
+def test_chunked_loss_and_gradients_equal_the_full_logits(chunk_tokens):
+    """The ``train.loss_chunk_tokens`` path: the same loss, NLL and gradients (of the decoder
+    output and of the projection matrix) as projecting every position at once."""
+    g = torch.Generator().manual_seed(2)
+    weight = torch.randn(13, 6, generator=g, dtype=torch.float64, requires_grad=True)  # [V, d]
+    hidden = torch.randn(3, 5, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(1, 13, (3, 5), generator=g)
+    target[1, 3:] = 0
+    target[2, 1:] = 0
+
+    def project(x):
+        return x @ weight.T
+
+    full = label_smoothed_cross_entropy(project(hidden), target, eps=0.1, pad_id=0)
+    grads = torch.autograd.grad(full.loss, (hidden, weight))
+    out = chunked_label_smoothed_cross_entropy(
+        hidden, project, target, chunk_tokens=chunk_tokens, eps=0.1, pad_id=0
+    )
+    torch.testing.assert_close(out.loss, full.loss, rtol=1e-12, atol=0)
+    torch.testing.assert_close(out.nll, full.nll, rtol=1e-12, atol=0)
+    assert out.ntokens.item() == full.ntokens.item() == 9
+    for got, expected in zip(torch.autograd.grad(out.loss, (hidden, weight)), grads, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-15)
+    # padding positions get no gradient
+    again = chunked_label_smoothed_cross_entropy(hidden, project, target, chunk_tokens=chunk_tokens)
+    (grad_hidden,) = torch.autograd.grad(again.loss, hidden)
+    assert torch.count_nonzero(grad_hidden[2, 1:]) == 0 and torch.count_nonzero(grad_hidden[0]) > 0
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        chunked_label_smoothed_cross_entropy(hidden, project, target, chunk_tokens=0)

@@ -132,12 +132,19 @@ def test_train_config_unknown_key_is_named() -> None:
         ("adam_betas", [0.9]),
         ("clip_grad_norm", -1.0),
         ("checkpoint_every_steps", 0),
+        ("loss_chunk_tokens", 0),
+        ("compile", "yes"),
         ("lr_scale", True),
     ],
 )
 def test_train_config_bad_value_names_the_key(key: str, value: object) -> None:
     with pytest.raises(ConfigError, match=key):
         TrainConfig.from_dict({key: value})
+
+
+def test_compile_and_chunked_loss_are_not_combined() -> None:
+    with pytest.raises(ConfigError, match="'compile' and 'loss_chunk_tokens'"):
+        TrainConfig(compile=True, loss_chunk_tokens=512)
 
 
 def test_beam_bleu_interval_must_fall_on_validations() -> None:

@@ -250,3 +250,46 @@ def load_model_file(path: str | os.PathLike[str]) -> tuple[torch.nn.Module, dict
         raise CheckpointError(f"{path}: weights do not fit the model config: {err}") from err
     model.eval()
     return model, meta
+
+
+def stack_former_optimizer_state(checkpoint: dict[str, Any], parameter_names: list[str]) -> None:
+    """Convert, in place, the optimizer state of a Lightning checkpoint written before the
+    attention projections were stacked (model/attention.py ``FORMER_LAYOUT``) so that a run
+    started with separate W^Q, W^K, W^V resumes: Adam's per-parameter moments of the separate
+    matrices are stacked like the weights. ``parameter_names``: the module's parameter names
+    (``model.…``) in optimizer order. The weights themselves convert on loading
+    (``MultiHeadAttention._load_from_state_dict``). A checkpoint in the new layout is untouched.
+    """
+    from transformer_nmt.model.attention import FORMER_LAYOUT
+
+    old_names = list(checkpoint.get("state_dict", {}))
+    if not any(
+        name.rsplit(".", 2)[-2] in ("w_k", "w_v") for name in old_names if name.count(".") >= 2
+    ):
+        return
+    old_index = {name: i for i, name in enumerate(old_names)}
+    sources = []  # per new parameter: the old parameters it stacks
+    for name in parameter_names:
+        head, layer, suffix = name.rsplit(".", 2)
+        parts = FORMER_LAYOUT.get(layer, (layer,))
+        sources.append([old_index[f"{head}.{part}.{suffix}"] for part in parts])
+    for opt in checkpoint.get("optimizer_states", []):
+        if len(opt["param_groups"]) != 1 or len(opt["param_groups"][0]["params"]) != len(old_names):
+            raise CheckpointError(
+                "a checkpoint from before the attention projections were stacked, with an "
+                "optimizer state that cannot be converted; train from scratch"
+            )
+        old_state = opt["state"]
+        new_state = {}
+        for i, parts in enumerate(sources):
+            if not all(j in old_state for j in parts):
+                continue
+            first = old_state[parts[0]]
+            new_state[i] = {
+                key: torch.cat([old_state[j][key] for j in parts], dim=0)
+                if torch.is_tensor(value) and value.dim() > 0
+                else value
+                for key, value in first.items()
+            }
+        opt["state"] = new_state
+        opt["param_groups"][0]["params"] = list(range(len(sources)))

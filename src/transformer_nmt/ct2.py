@@ -98,20 +98,14 @@ def _layer_norm(spec, module) -> None:
     spec.beta = _array(module.bias)
 
 
-def _fused(spec, modules) -> None:
-    """One linear layer whose outputs are those of ``modules`` in order (CTranslate2 fuses the
-    query/key/value projections)."""
-    spec.weight = np.concatenate([_array(m.weight) for m in modules])
-    if modules[0].bias is not None:
-        spec.bias = np.concatenate([_array(m.bias) for m in modules])
-
-
 def _attention(spec, attn, residual, *, self_attention: bool) -> None:
+    # CTranslate2 stacks the projections as we do (model/attention.py): self-attention
+    # [W^Q; W^K; W^V] in one linear layer; cross-attention W^Q, then [W^K; W^V].
     if self_attention:
-        _fused(spec.linear[0], [attn.w_q, attn.w_k, attn.w_v])
+        _linear(spec.linear[0], attn.w_qkv)
     else:
         _linear(spec.linear[0], attn.w_q)
-        _fused(spec.linear[1], [attn.w_k, attn.w_v])
+        _linear(spec.linear[1], attn.w_kv)
     _linear(spec.linear[-1], attn.w_o)
     _layer_norm(spec.layer_norm, residual.norm)
 

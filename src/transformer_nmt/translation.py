@@ -139,12 +139,18 @@ class Translator:
         spm_model_path: str | Path,
         settings: SearchSettings,
         device: str = "auto",
+        quantize: str | None = None,
     ) -> None:
         import sentencepiece as spm
 
         self.settings = settings
+        if quantize is not None and device == "auto":
+            device = "cpu"  # int8 dynamic quantisation is a CPU path
         self.device = torch.device(_resolve_device(device))
         self.model, self.meta = load_model_file(model_path)
+        self.quantize = quantize
+        if quantize is not None:
+            self.model = quantize_model(self.model, quantize, self.device)
         vocab = load_vocab_info(spm_model_path)
         mismatch = experiment_mismatch(self.meta, model_config=None, vocab_sha256=vocab.sha256)
         if mismatch:
@@ -328,6 +334,29 @@ def find_spm_model(run_dir: str | Path) -> Path:
     )
 
 
+QUANTIZE = ("int8",)
+
+
+def quantize_model(model: torch.nn.Module, quantize: str, device: torch.device) -> torch.nn.Module:
+    """CPU decoding speed flag (``translate --quantize int8``): int8 dynamic quantisation of
+    every ``nn.Linear`` (weights int8 per tensor, activations quantised on the fly; PyTorch's
+    ``quantize_dynamic``). The tied embedding / pre-softmax matrix stays fp32. Not the paper:
+    translations change slightly (benchmarks/bench_quantize.py measures the BLEU change)."""
+    if quantize not in QUANTIZE:
+        raise ConfigError(f"--quantize must be one of {list(QUANTIZE)}, got {quantize!r}")
+    if device.type != "cpu":
+        raise ConfigError(f"--quantize {quantize} is for CPU decoding, got --device {device}")
+    import warnings
+
+    with warnings.catch_warnings():
+        # torch.ao.quantization announces its move to torchao; it is still PyTorch's built-in
+        # CPU int8 path (no extra dependency).
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(
+            model, {torch.nn.Linear}, dtype=torch.qint8
+        ).eval()
+
+
 def _resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -373,9 +402,16 @@ def open_translator(
     spm_model_path: str | Path,
     settings: SearchSettings,
     device: str = "auto",
+    quantize: str | None = None,
 ):
     """A ``Translator`` (engine ``torch``, a model file) or a ``ct2.Ct2Translator`` (engine
-    ``ctranslate2``, a directory written by ``export-ct2``): the same ``translate`` interface."""
+    ``ctranslate2``, a directory written by ``export-ct2``): the same ``translate`` interface.
+    ``quantize`` (torch engine only): ``quantize_model``."""
+    if engine == "ctranslate2" and quantize is not None:
+        raise ConfigError(
+            "--quantize is for --engine torch; CTranslate2 models are quantised when exported "
+            "(export-ct2 --quantization)"
+        )
     if engine == "ctranslate2":
         from transformer_nmt.ct2 import Ct2Translator
 
@@ -386,4 +422,4 @@ def open_translator(
         raise CheckpointError(
             f"{model_path}: a directory, not a model file (--engine ctranslate2?)"
         )
-    return Translator(model_path, spm_model_path, settings, device)
+    return Translator(model_path, spm_model_path, settings, device, quantize)

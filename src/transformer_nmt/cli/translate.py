@@ -119,6 +119,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="torch: our beam search on a model file (default); ctranslate2: a directory "
         "written by export-ct2 (needs pip install 'transformer_nmt[ct2]')",
     )
+    parser.add_argument(
+        "--quantize",
+        choices=("int8",),
+        default=None,
+        help="CPU only, not the paper: int8 dynamic quantisation of the linear layers (faster "
+        "CPU decoding, slightly different translations; benchmarks/RESULTS.md measures BLEU)",
+    )
     tracking.add_cli_arguments(parser)
 
 
@@ -134,7 +141,9 @@ def run(args: argparse.Namespace) -> int:
         flag = "--print-attention" if attention == "json" else "--print-alignment"
         raise ConfigError(f"{flag} needs --engine torch and --nbest 1")
     if args.input is None and args.output is None and sys.stdin.isatty():
-        translator = open_translator(args.engine, args.model, args.spm_model, settings, args.device)
+        translator = open_translator(
+            args.engine, args.model, args.spm_model, settings, args.device, args.quantize
+        )
         print("Type a sentence per line (Ctrl-D to end).", file=sys.stderr)
         _translate_stream(
             translator, _stdin_batches(args), sys.stdout, progress=None, attention=attention
@@ -143,13 +152,17 @@ def run(args: argparse.Namespace) -> int:
 
     name = Path(args.output).stem if args.output else "stdin"
     params = {**dataclasses.asdict(settings), "model": str(args.model)}
+    if args.quantize:
+        params["quantize"] = args.quantize
     # One translate job per test set runs in parallel: qualify the stage name with it.
     with tracking.stage_run(
         args.mlflow_experiment, args.mlflow_run, f"translate.{name}", params,
         run_dir=tracking.run_dir_arg(args),
     ) as tracked:  # fmt: skip
         lines = read_lines(args.input) if args.input else None
-        translator = open_translator(args.engine, args.model, args.spm_model, settings, args.device)
+        translator = open_translator(
+            args.engine, args.model, args.spm_model, settings, args.device, args.quantize
+        )
         log.info(
             "translating %s on %s (beam %d, alpha %g, max len +%d)",
             f"{len(lines)} sentences" if lines is not None else "stdin as it arrives",

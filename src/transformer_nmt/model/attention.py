@@ -6,6 +6,11 @@ MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
 
 The h heads' projections are stored as one matrix each: W^Q, W^K: d_model -> h*d_k,
 W^V: d_model -> h*d_v, W^O: h*d_v -> d_model (d_k, d_v independent of d_model/h, Table 3 A/B).
+Matrices that read the same input are stacked into one linear layer so that one GEMM computes
+them (speed only; the same numbers): self-attention's [W^Q; W^K; W^V] (``w_qkv``, d_model ->
+2*h*d_k + h*d_v) and cross-attention's [W^K; W^V] (``w_kv``) beside its ``w_q``. Each block is
+initialised as its own matrix (``stacked_linear``), and weights saved in the former layout
+(separate ``w_q``/``w_k``/``w_v``) load into the stacked one (``_load_from_state_dict``).
 The projections have no bias terms, as in the paper's equations and tensor2tensor; ``bias=True``
 (the ``attention_bias`` model flag) adds them to all four. The product itself goes through
 ``torch.nn.functional.scaled_dot_product_attention`` so that GPUs use fused (flash /
@@ -30,7 +35,25 @@ CAUSAL = "causal"
 AttentionMask = torch.Tensor | str | None  # a boolean mask, CAUSAL, or None
 
 
+# The stacked layers and the separate matrices they replace (checkpoints written before).
+FORMER_LAYOUT = {"w_qkv": ("w_q", "w_k", "w_v"), "w_kv": ("w_k", "w_v")}
+
+
+def stacked_linear(d_in: int, sizes: tuple[int, ...], bias: bool) -> nn.Linear:
+    """A plain ``nn.Linear`` whose output rows stack matrices of ``sizes`` rows each. Its
+    ``block_sizes`` attribute tells ``Transformer.reset_parameters`` to initialise each block as
+    its own matrix (Xavier's fan-out is that matrix's). A plain Linear so that tools that swap
+    linear layers (int8 dynamic quantisation) treat it as one."""
+    linear = nn.Linear(d_in, sum(sizes), bias=bias)
+    linear.block_sizes = sizes
+    return linear
+
+
 class MultiHeadAttention(nn.Module):
+    """``self_attention=True``: queries, keys and values all come from one input (encoder and
+    decoder self-attention; W^Q, W^K, W^V stacked in ``w_qkv``); False: encoder-decoder
+    attention (W^K, W^V stacked in ``w_kv``, applied once to the encoder output)."""
+
     def __init__(
         self,
         d_model: int,
@@ -39,22 +62,56 @@ class MultiHeadAttention(nn.Module):
         d_v: int,
         p_drop_attn: float = 0.0,
         bias: bool = False,
+        self_attention: bool = True,
     ) -> None:
         super().__init__()
         self.h, self.d_k, self.d_v = h, d_k, d_v
         self.p_drop_attn = p_drop_attn
-        self.w_q = nn.Linear(d_model, h * d_k, bias=bias)
-        self.w_k = nn.Linear(d_model, h * d_k, bias=bias)
-        self.w_v = nn.Linear(d_model, h * d_v, bias=bias)
+        self.self_attention = self_attention
+        # rows of the stacked projections: [W^Q; W^K; W^V] or [W^K; W^V]
+        self.qkv_sizes = (h * d_k, h * d_k, h * d_v)
+        self.kv_sizes = (h * d_k, h * d_v)
+        if self_attention:
+            self.w_qkv = stacked_linear(d_model, self.qkv_sizes, bias=bias)
+        else:
+            self.w_q = nn.Linear(d_model, h * d_k, bias=bias)
+            self.w_kv = stacked_linear(d_model, self.kv_sizes, bias=bias)
         self.w_o = nn.Linear(h * d_v, d_model, bias=bias)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # Weights saved before the projections were stacked: w_q, w_k, w_v -> w_qkv or w_kv.
+        name = "w_qkv" if self.self_attention else "w_kv"
+        parts = FORMER_LAYOUT[name]
+        for suffix in ("weight", "bias"):
+            keys = [f"{prefix}{part}.{suffix}" for part in parts]
+            if all(key in state_dict for key in keys):
+                state_dict[f"{prefix}{name}.{suffix}"] = torch.cat(
+                    [state_dict.pop(key) for key in keys], dim=0
+                )
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _split(self, x: torch.Tensor, d: int) -> torch.Tensor:
         b, length, _ = x.shape
         return x.view(b, length, self.h, d).transpose(1, 2)  # [B, L, h*d] -> [B, h, L, d]
 
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Self-attention: queries, keys and values of ``x`` [B, L, d_model] with one GEMM:
+        ([B, h, L, d_k], [B, h, L, d_k], [B, h, L, d_v])."""
+        q, k, v = self.w_qkv(x).split(self.qkv_sizes, dim=-1)  # [B, L, h*d_k|h*d_k|h*d_v]
+        return self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
+
+    def project_q(self, x_q: torch.Tensor) -> torch.Tensor:
+        """Queries of ``x_q`` [B, L_q, d_model]: [B, h, L_q, d_k]."""
+        if self.self_attention:
+            return self.project_qkv(x_q)[0]  # (a self-attention's queries come with its K, V)
+        return self._split(self.w_q(x_q), self.d_k)
+
     def project_kv(self, x_kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of ``x_kv`` [B, L_k, d_model]: ([B, h, L_k, d_k], [B, h, L_k, d_v])."""
-        return self._split(self.w_k(x_kv), self.d_k), self._split(self.w_v(x_kv), self.d_v)
+        if self.self_attention:
+            return self.project_qkv(x_kv)[1:]
+        k, v = self.w_kv(x_kv).split(self.kv_sizes, dim=-1)  # [B, L_k, h*d_k|h*d_v]
+        return self._split(k, self.d_k), self._split(v, self.d_v)
 
     def attend(
         self,
@@ -64,14 +121,18 @@ class MultiHeadAttention(nn.Module):
         attn_mask: AttentionMask = None,
         need_weights: bool = False,
         average_heads: bool = True,
+        *,
+        q: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from queries ``x_q`` [B, L_q, d_model] to projected keys/values.
 
+        ``q`` [B, h, L_q, d_k]: the queries when already projected (``project_qkv``).
         Returns the output [B, L_q, d_model] and, when ``need_weights``, the attention weights
         softmax(Q K^T / sqrt(d_k)) (computed explicitly: SDPA does not return them), averaged
         over heads [B, L_q, L_k], or per head [B, h, L_q, L_k] when not ``average_heads``.
         """
-        q = self._split(self.w_q(x_q), self.d_k)  # [B, h, L_q, d_k]
+        if q is None:
+            q = self.project_q(x_q)  # [B, h, L_q, d_k]
         p = self.p_drop_attn if self.training else 0.0
         causal = isinstance(attn_mask, str)  # CAUSAL
         if causal:
@@ -101,5 +162,8 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         average_heads: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.self_attention and x_kv is x_q:
+            q, k, v = self.project_qkv(x_q)  # one GEMM
+            return self.attend(x_q, k, v, attn_mask, need_weights, average_heads, q=q)
         k, v = self.project_kv(x_kv)
         return self.attend(x_q, k, v, attn_mask, need_weights, average_heads)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -12,9 +11,15 @@ from transformer_nmt.model.attention import AttentionMask, MultiHeadAttention
 from transformer_nmt.model.config import ModelConfig
 
 
-def _attention(cfg: ModelConfig) -> MultiHeadAttention:
+def _attention(cfg: ModelConfig, *, self_attention: bool) -> MultiHeadAttention:
     return MultiHeadAttention(
-        cfg.d_model, cfg.h, cfg.d_k, cfg.d_v, cfg.p_drop_attn, bias=cfg.attention_bias
+        cfg.d_model,
+        cfg.h,
+        cfg.d_k,
+        cfg.d_v,
+        cfg.p_drop_attn,
+        bias=cfg.attention_bias,
+        self_attention=self_attention,
     )
 
 
@@ -57,7 +62,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = _attention(cfg)
+        self.self_attn = _attention(cfg, self_attention=True)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.p_drop_relu)
         self.res_attn = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
         self.res_ffn = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
@@ -67,27 +72,59 @@ class EncoderLayer(nn.Module):
         return self.res_ffn(x, self.ffn)
 
 
-@dataclass
 class LayerCache:
     """One decoder layer's incremental-decoding state (§6.1 search).
 
     ``cross_k``/``cross_v``: encoder keys/values for cross-attention, computed once
     [B, h, S, d_k] / [B, h, S, d_v]. ``self_k``/``self_v``: keys/values of every target position
-    decoded so far [B, h, t, d_k] / [B, h, t, d_v], grown by one position per step.
+    decoded so far [B, h, t, d_k] / [B, h, t, d_v]: views of preallocated buffers whose
+    capacity doubles when full, so that a step writes its position in place instead of copying
+    the whole history (``torch.cat``) every step.
     """
 
-    cross_k: torch.Tensor
-    cross_v: torch.Tensor
-    self_k: torch.Tensor | None = None
-    self_v: torch.Tensor | None = None
+    MIN_CAPACITY = 16  # positions; doubled as needed
+
+    def __init__(self, cross_k: torch.Tensor, cross_v: torch.Tensor) -> None:
+        self.cross_k, self.cross_v = cross_k, cross_v
+        self.length = 0  # target positions cached
+        self._k: torch.Tensor | None = None  # [B, h, capacity, d_k]
+        self._v: torch.Tensor | None = None  # [B, h, capacity, d_v]
+
+    @property
+    def self_k(self) -> torch.Tensor | None:
+        return None if self._k is None else self._k[:, :, : self.length]
+
+    @property
+    def self_v(self) -> torch.Tensor | None:
+        return None if self._v is None else self._v[:, :, : self.length]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cache new positions' ``k`` [B, h, T, d_k], ``v`` [B, h, T, d_v]; returns the keys and
+        values of every position so far, [B, h, t + T, d_k|d_v]."""
+        start, end = self.length, self.length + k.shape[2]
+        if self._k is None or end > self._k.shape[2]:
+            capacity = max(self.MIN_CAPACITY, 2 * end)
+            self._k = self._grow(self._k, k, capacity)
+            self._v = self._grow(self._v, v, capacity)
+        self._k[:, :, start:end] = k
+        self._v[:, :, start:end] = v
+        self.length = end
+        return self.self_k, self.self_v
+
+    def _grow(self, old: torch.Tensor | None, new: torch.Tensor, capacity: int) -> torch.Tensor:
+        b, h, _, d = new.shape
+        buffer = new.new_empty(b, h, capacity, d)
+        if old is not None:
+            buffer[:, :, : self.length] = old[:, :, : self.length]
+        return buffer
 
     def reorder(self, index: torch.Tensor) -> None:
         """Select rows ``index`` along the batch dimension (beam reordering, batch shrinking)."""
         self.cross_k = self.cross_k.index_select(0, index)
         self.cross_v = self.cross_v.index_select(0, index)
-        if self.self_k is not None:
-            self.self_k = self.self_k.index_select(0, index)
-            self.self_v = self.self_v.index_select(0, index)
+        if self._k is not None:
+            self._k = self._k.index_select(0, index)
+            self._v = self._v.index_select(0, index)
 
 
 class DecoderLayer(nn.Module):
@@ -95,8 +132,8 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = _attention(cfg)
-        self.cross_attn = _attention(cfg)
+        self.self_attn = _attention(cfg, self_attention=True)
+        self.cross_attn = _attention(cfg, self_attention=False)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.p_drop_relu)
         self.res_self = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
         self.res_cross = Residual(cfg.d_model, cfg.p_drop, cfg.norm_first, cfg.ln_eps)
@@ -121,13 +158,10 @@ class DecoderLayer(nn.Module):
         """
 
         def self_attention(y: torch.Tensor) -> torch.Tensor:
-            k, v = self.self_attn.project_kv(y)  # [B, h, T, d_k], [B, h, T, d_v]
+            q, k, v = self.self_attn.project_qkv(y)  # [B, h, T, d_k|d_k|d_v], one GEMM
             if cache is not None:
-                if cache.self_k is not None:
-                    k = torch.cat([cache.self_k, k], dim=2)  # [B, h, t + T, d_k]
-                    v = torch.cat([cache.self_v, v], dim=2)
-                cache.self_k, cache.self_v = k, v
-            return self.self_attn.attend(y, k, v, self_attn_mask)[0]
+                k, v = cache.append(k, v)  # [B, h, t + T, d_k|d_v]
+            return self.self_attn.attend(y, k, v, self_attn_mask, q=q)[0]
 
         weights: list[torch.Tensor | None] = [None]
 

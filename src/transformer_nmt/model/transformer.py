@@ -141,7 +141,10 @@ class Transformer(nn.Module):
         d_model = self.cfg.d_model
         for module in self.modules():
             if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
+                # stacked W^Q, W^K, W^V (attention.stacked_linear): each block its own matrix
+                sizes = getattr(module, "block_sizes", [module.out_features])
+                for block in module.weight.split(sizes, dim=0):
+                    nn.init.xavier_uniform_(block)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
         nn.init.normal_(self.src_embed.weight, mean=0.0, std=d_model**-0.5)
@@ -194,6 +197,7 @@ class Transformer(nn.Module):
         last_only: bool = False,
         attention_layer: int = -1,
         average_heads: bool = True,
+        project_output: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``tgt_in`` [B, T] (BOS y_1 ... , padded) -> (logits [B, T, V_tgt], attention or None).
 
@@ -203,6 +207,8 @@ class Transformer(nn.Module):
         is the attention while predicting the token after ``tgt_in[:, t]`` (teacher forcing: fed
         BOS + a hypothesis, the rows belong to its tokens and EOS). ``last_only`` projects only
         the last position to the vocabulary (logits [B, 1, V_tgt]; search without the cache).
+        ``project_output=False`` returns the decoder output before the §3.4 projection,
+        [B, T, d_model] (the chunked loss projects it piecewise with ``project``).
         """
         # Position i attends to keys j <= i (§3.2.3). With right padding those are all real
         # tokens for a real position i; padding positions' outputs are never used.
@@ -233,7 +239,7 @@ class Transformer(nn.Module):
             x = x[:, -1:]  # [B, 1, d_model]
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return self.project(x), weights
+        return (self.project(x) if project_output else x), weights
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """``src`` [B, S], ``tgt_in`` [B, T] (both padded with ``pad_id``) -> logits [B, T, V]."""

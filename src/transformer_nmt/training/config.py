@@ -40,6 +40,12 @@ class TrainConfig:
     adam_eps: float = 1e-9  # §5.3
     # Flag (paper: none): clip the gradient norm to this value; null = off.
     clip_grad_norm: float | None = None
+    # Flag (memory only, same numbers): compute the output projection and loss this many
+    # target tokens at a time (objective.chunked_label_smoothed_cross_entropy); null = at once.
+    loss_chunk_tokens: int | None = None
+    # Flag (speed only, off = the eager model): torch.compile the Transformer for the training
+    # and validation loss. Not combined with loss_chunk_tokens.
+    compile: bool = False
     seed: int = 1
     # "auto" = bf16-mixed on GPUs with bf16 (a speed departure from the paper's fp32 P100
     # training, numerically benign), else 32-true; or any Lightning precision string.
@@ -104,6 +110,8 @@ RESUMABLE_KEYS = frozenset(
         "devices",
         "num_nodes",
         "strategy",
+        "loss_chunk_tokens",
+        "compile",
     }
 )
 
@@ -150,6 +158,7 @@ def _validate(cfg: TrainConfig) -> None:
     for key in ("keep_checkpoints", "val_every_steps", "log_every_steps", "max_positions"):
         positive_int(key)
     positive_int("checkpoint_every_steps", allow_none=True)
+    positive_int("loss_chunk_tokens", allow_none=True)
     positive_int("val_beam_bleu_every_steps", allow_none=True)
     every = cfg.val_beam_bleu_every_steps
     if isinstance(every, int) and not isinstance(every, bool) and every % cfg.val_every_steps:
@@ -173,6 +182,13 @@ def _validate(cfg: TrainConfig) -> None:
     ):
         raise ConfigError(
             f"train config key 'devices' must be a positive integer or 'auto', got {cfg.devices!r}"
+        )
+    if not isinstance(cfg.compile, bool):
+        raise ConfigError(f"train config key 'compile' must be true or false, got {cfg.compile!r}")
+    if cfg.compile and cfg.loss_chunk_tokens:
+        raise ConfigError(
+            "train config keys 'compile' and 'loss_chunk_tokens' cannot be combined: "
+            "compile covers the unchunked loss only"
         )
     if cfg.precision not in PRECISIONS:
         raise ConfigError(

@@ -20,7 +20,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from transformer_nmt.checkpoints import LEARNING_KEY
+from transformer_nmt.checkpoints import LEARNING_KEY, stack_former_optimizer_state
 from transformer_nmt.errors import UserFacingError
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
@@ -28,6 +28,7 @@ from transformer_nmt.training.config import TrainConfig, learning_fingerprint, l
 from transformer_nmt.training.objective import (
     build_optimizer,
     build_scheduler,
+    chunked_label_smoothed_cross_entropy,
     label_smoothed_cross_entropy,
 )
 
@@ -71,6 +72,12 @@ class TranslationModule(L.LightningModule):
             "train": learning_settings(self.train_cfg),
         }
 
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # A run started before the attention projections were stacked resumes: its optimizer
+        # state is stacked like the weights (which convert when the state dict loads).
+        names = [name for name, _ in self.named_parameters()]
+        stack_former_optimizer_state(checkpoint, names)
+
     def on_fit_start(self) -> None:
         # With fp16 mixed precision the GradScaler skips steps with inf gradients by design.
         self._check_grad_finite = self.trainer.precision != "16-mixed"
@@ -80,8 +87,27 @@ class TranslationModule(L.LightningModule):
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         return self.model(src, tgt_in)  # [B, T, V]
 
+    def _forward_model(self) -> torch.nn.Module:
+        """``self.model``, or with ``train.compile`` its ``torch.compile`` wrapper (same
+        weights; kept out of the module tree so that checkpoints keep their ``model.*`` keys)."""
+        if not self.train_cfg.compile:
+            return self.model
+        compiled = self.__dict__.get("_compiled_model")
+        if compiled is None:
+            compiled = torch.compile(self.model)
+            object.__setattr__(self, "_compiled_model", compiled)  # not a registered submodule
+        return compiled
+
     def _loss(self, batch: dict[str, torch.Tensor]):
-        logits = self.model(batch["src"], batch["tgt_in"])  # [B, T, V]
+        chunk = self.train_cfg.loss_chunk_tokens
+        if chunk:  # flag: the [tokens x V] logits a chunk at a time (memory, same numbers)
+            enc = self.model.encode(batch["src"])
+            hidden, _ = self.model.decode(batch["tgt_in"], enc, project_output=False)
+            return chunked_label_smoothed_cross_entropy(
+                hidden, self.model.project, batch["tgt_out"], chunk_tokens=chunk,
+                eps=self.eps_ls, pad_id=self.pad_id,
+            )  # fmt: skip
+        logits = self._forward_model()(batch["src"], batch["tgt_in"])  # [B, T, V]
         return label_smoothed_cross_entropy(
             logits, batch["tgt_out"], eps=self.eps_ls, pad_id=self.pad_id
         )
