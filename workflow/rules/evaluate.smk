@@ -77,6 +77,8 @@ rule score:
 rule report:
     input:
         pipeline.all_scores(),
+        # Table 3's dev perplexity and BLEU (config key table3)
+        summaries=pipeline.report_summaries(),
     output:
         report=report(
             paths.REPORT,
@@ -91,8 +93,12 @@ rule report:
     conda:
         "../../environment.yml"
     params:
+        scores=pipeline.all_scores(),
         experiments=paths.canonical_json(pipeline.report_experiments()),
+        # Table 3 rows, seed groups, the paired bootstrap's baseline (config keys table3,
+        # seeds, significance)
+        studies=paths.canonical_json(pipeline.report_studies()),
     shell:
-        "python -m transformer_nmt report --scores {input:q} --runs-dir results/runs"
-        " --out {output.report:q}"
-        " --experiments {params.experiments:q} --mlflow > {log:q} 2>&1"
+        "python -m transformer_nmt report --scores {params.scores:q} --runs-dir results/runs"
+        " --out {output.report:q} --experiments {params.experiments:q}"
+        " --studies {params.studies:q} --mlflow > {log:q} 2>&1"
