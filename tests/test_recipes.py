@@ -204,7 +204,8 @@ def test_misspelled_top_level_key_is_one_short_line(tmp_path: Path) -> None:
     result = _dry_run(tmp_path, "--configfile", str(bad))
     assert result.returncode != 0
     assert result.stdout == "" and result.stderr.splitlines()[-1] == (
-        "config: unknown key 'experimnts' (known: data, data_mirror, experiments, registry)"
+        "config: unknown key 'experimnts' (known: data, data_mirror, experiments, registry, "
+        "significance, table3)"
     )
 
 

@@ -199,3 +199,62 @@ def test_a_missing_summary_is_a_data_error(tmp_path: Path) -> None:
     (tmp_path / "x" / "train_summary.json").write_text("{}", encoding="utf-8")
     with pytest.raises(DataError, match="missing key 'model_config'"):
         read_run_dev(tmp_path / "x")
+
+
+def _scored_run(
+    runs: Path, run: str, hyps: list[str], refs: Path, ppl: float, **model: Any
+) -> Path:
+    """A finished run: train summary, hypotheses and a scores file naming them."""
+    import sacrebleu
+
+    _summary(runs / run, ppl, 20.0, **model)
+    hyp = runs / run / "t.hyp"
+    hyp.write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    ref_lines = refs.read_text(encoding="utf-8").splitlines()
+    bleu = sacrebleu.corpus_bleu(hyps, [ref_lines]).score
+    payload = {"hyp": str(hyp), "ref": str(refs), "sentences": len(hyps)}
+    for key in ("bleu", "chrf", "bleu_paper", "bleu_lc_tok"):
+        payload[key] = {"score": bleu, "signature": "x"}
+    path = runs / run / "t.scores.json"
+    path.write_text(json.dumps(payload), encoding="utf-8")
+    return path
+
+
+def test_report_cli_adds_the_study_sections(tmp_path: Path) -> None:
+    from tests.test_significance import BAD, GOOD, REFS
+    from transformer_nmt.cli import main
+    from transformer_nmt.cli.info import count
+    from transformer_nmt.model.config import ModelConfig
+
+    runs = tmp_path / "runs"
+    refs = tmp_path / "t.de"
+    refs.write_text("\n".join(REFS) + "\n", encoding="utf-8")
+    paths = [
+        _scored_run(runs, "b.seed1", BAD, refs, 10.0),
+        _scored_run(runs, "b.seed2", BAD, refs, 12.0),
+        _scored_run(runs, "b.E.seed1", GOOD, refs, 9.0, positional="learned"),
+        _scored_run(runs, "b.E.seed2", GOOD, refs, 9.5, positional="learned"),
+    ]
+    groups = {"b": ["b.seed1", "b.seed2"], "b.E": ["b.E.seed1", "b.E.seed2"]}
+    studies = {
+        "groups": groups,
+        "table3": {"base": "b", "E": "b.E"},
+        "significance": {"baseline": "b", "resamples": 100, "runs": groups},
+    }
+    info = {"dataset": "multi30k", "pair": "en-de", "preset": "tiny"}
+    out = tmp_path / "report.md"
+    args = ["report", "--scores", *map(str, paths), "--out", str(out), "--runs-dir", str(runs),
+            "--experiments", json.dumps({r: info for g in groups.values() for r in g}),
+            "--studies", json.dumps(studies)]  # fmt: skip
+    assert main(args) == 0
+    text = out.read_text(encoding="utf-8")
+    table3 = [ln for ln in text.split("## Table 3")[1].splitlines() if ln.startswith("| E ")]
+    learned = count(ModelConfig(N=1, d_model=64, positional="learned"), 600)["parameters"]
+    assert f"| E | b.E | positional=learned | {learned / 1e6:.2f} | 65 | 9.25 ± 0.35 |" in table3[0]
+    assert "| b.E | t | 2 |" in text.split("## Seeds")[1]
+    significance = text.split("## Significance")[1]
+    (row,) = [ln for ln in significance.splitlines() if ln.startswith("| t | b.E |")]
+    assert float(row.strip("|").split("|")[-1]) < 0.05  # clearly better than the baseline
+    # a run without its summary: one line naming the file
+    (runs / "b.E.seed2" / "train_summary.json").unlink()
+    assert main(args) == 2

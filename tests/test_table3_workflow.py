@@ -15,6 +15,8 @@ import yaml
 
 from tests.conftest import REPO_ROOT
 from tests.test_workflow import _snakemake
+from transformer_nmt.cli.info import count
+from transformer_nmt.model.config import ModelConfig
 
 pytestmark = pytest.mark.slow
 
@@ -60,9 +62,13 @@ def test_table3_section_has_every_row_with_our_and_the_papers_values(study: dict
         mean = sum(ppl) / 2
         assert cells[5].startswith(f"{mean:.2f} ± ")
         assert cells[13] == "10"  # the last validation's step: max_steps
-    # learned positions add max_positions x d_model parameters to the base's count
+        # our parameter count: the run's model with its vocabulary
+        model = ModelConfig.from_dict(summaries[0]["model_config"])
+        params = count(model, summaries[0]["vocab"]["size"])["parameters"]
+        assert cells[3] == f"{params / 1e6:.2f}"
+    # learned positions: two tables (source, target) of max_positions x d_model on top of base
     extra = float(by_row["E"][3]) - float(by_row["base"][3])
-    assert extra == pytest.approx(1024 * 64 / 1e6, abs=0.006)
+    assert extra == pytest.approx(2 * 1024 * 64 / 1e6, abs=0.011)
     assert by_row["D3"][3] == by_row["base"][3] and by_row["base"][7] == "+0.00"
 
 

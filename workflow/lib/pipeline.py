@@ -193,7 +193,8 @@ class Pipeline:
         """What the report stage needs to know of the studies (``report --studies``)."""
         significance = self.config.get("significance")
         return {
-            "groups": {name: runs for name, runs in self.groups.items() if len(runs) > 1},
+            # experiments with seeds (runs named otherwise than the experiment)
+            "groups": {name: runs for name, runs in self.groups.items() if runs != [name]},
             "table3": dict(self.table3_rows) or None,
             "significance": None
             if not significance
