@@ -31,7 +31,7 @@ def study(tmp_path_factory: pytest.TempPathFactory, shared_mirror: Path) -> dict
         **yaml.safe_load(CONFIG.read_text(encoding="utf-8")),
         "data_mirror": str(shared_mirror),
     }
-    result = _snakemake(workdir, config, REPORT)
+    result = _snakemake(workdir, config, "--", REPORT)  # target after the config file
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     text = (workdir / REPORT).read_text(encoding="utf-8")
     return {"workdir": workdir, "config": config, "report": text}
@@ -58,9 +58,9 @@ def test_table3_section_has_every_row_with_our_and_the_papers_values(study: dict
             json.loads((wd / "results" / "runs" / r / "train_summary.json").read_text())
             for r in runs
         ]
-        ppl = [s["metrics"]["val/ppl"] for s in summaries]
-        mean = sum(ppl) / 2
-        assert cells[5].startswith(f"{mean:.2f} ± ")
+        for column, key in ((5, "val/ppl"), (9, "val/bleu_beam")):
+            mean = sum(s["metrics"][key] for s in summaries) / 2
+            assert cells[column].startswith(f"{mean:.2f} ± ")
         assert cells[13] == "10"  # the last validation's step: max_steps
         # our parameter count: the run's model with its vocabulary
         model = ModelConfig.from_dict(summaries[0]["model_config"])
@@ -111,7 +111,7 @@ def test_mlflow_nests_the_seed_runs_and_holds_the_tables(study: dict) -> None:
 
 def test_the_snakemake_report_has_the_study(study: dict) -> None:
     wd: Path = study["workdir"]
-    result = _snakemake(wd, study["config"], REPORT, "--report", str(wd / "report.zip"))
+    result = _snakemake(wd, study["config"], "--report", str(wd / "report.zip"), "--", REPORT)
     assert result.returncode == 0, result.stderr[-3000:]
     with zipfile.ZipFile(wd / "report.zip") as archive:
         (name,) = [n for n in archive.namelist() if n.endswith("/report.md")]

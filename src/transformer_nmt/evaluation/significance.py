@@ -2,10 +2,12 @@
 
 **Paired bootstrap resampling** (Koehn 2004; sacreBLEU's ``PairedTest(test_type="bs")``, the
 Moses ``bootstrap-hypothesis-difference-significance.pl``): test sets of the same size are drawn
-with replacement from the sentences, the same draws for the baseline and the system; the
-p-value is the share of draws whose BLEU difference is at least twice the observed one
-(sacreBLEU's definition), and the 95% confidence interval of the system's BLEU is the 2.5th to
-97.5th percentile of its BLEU on the draws (reported as the bootstrap mean ± half its width).
+with replacement from the sentences, the same draws for the baseline and the system. The
+p-value is sacreBLEU's: (1 + the number of draws whose absolute BLEU difference, centred by
+subtracting its mean over the draws (the null hypothesis), exceeds the observed difference) /
+(1 + draws); a system with no observed difference gets p = 1. The 95% confidence interval of a
+system's BLEU is the 2.5th to 97.5th percentile of its BLEU on the draws (reported as the
+bootstrap mean ± half its width).
 The draws are seeded (``$SACREBLEU_SEED``, default 12345: the seed is in the signature).
 
 **With seeds** (an experiment trained once per seed), the per-seed hypotheses are
@@ -87,10 +89,11 @@ def paired_bootstrap(
     signatures, scores = test()
     (metric,) = signatures
     base, sys_ = scores[metric]
-    # Identical hypotheses differ by exactly 0 on every resample: no evidence of a difference,
-    # p = 1. (sacreBLEU counts resamples with a strictly larger centred difference, none here,
-    # and would give the smallest p-value, 1 / (resamples + 1).)
-    p_value = 1.0 if sys_lines == base_lines else float(sys_.p_value)
+    # No observed difference (identical hypotheses, or two BLEU of 0): every resample differs
+    # at least that much, p = 1. (sacreBLEU counts resamples whose centred difference is
+    # strictly larger: with identical systems none is, and it would give its smallest p-value,
+    # 1 / (resamples + 1).)
+    p_value = 1.0 if sys_.score == base.score else float(sys_.p_value)
     n = len(base_lines)
     return (
         BootstrapResult(
@@ -174,9 +177,9 @@ def render_significance(
         "",
         f"sacreBLEU's paired bootstrap resampling ({resamples} resamples) of every experiment "
         f"against the baseline **{baseline}** on each test set. *95% CI*: the bootstrap mean ± "
-        "half the 2.5–97.5 percentile range; *p*: the share of resamples whose difference is at "
-        "least twice the observed one. Seed runs are concatenated (seed i beside the baseline's "
-        "seed i; `evaluation/significance.py`).",
+        "half the 2.5–97.5 percentile range; *p*: sacreBLEU's p-value (the share of resamples "
+        "whose centred difference exceeds the observed one). Seed runs are concatenated "
+        "(seed i beside the baseline's seed i; `evaluation/significance.py`).",
         "",
         "| test set | experiment | runs | BLEU | 95% CI | Δ BLEU | p |",
         "|---|---|---:|---:|---|---:|---:|",
