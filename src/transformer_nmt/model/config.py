@@ -146,7 +146,7 @@ class Table3Row:
 TABLE3: dict[str, Table3Row] = {
     row.name: row
     for row in (
-        #           name  overrides of base                          params PPL   BLEU
+        # Table3Row(name, overrides of base, params x 10^6, dev PPL, dev BLEU[, train steps])
         Table3Row("base", (), 65, 4.92, 25.8),
         # (A) number of heads with constant computation: h * d_k = d_model.
         Table3Row("A1", ("h=1", "d_k=512", "d_v=512"), 65, 5.29, 24.9),
