@@ -67,6 +67,8 @@ RUN_RECORD = "mlflow_run.json"  # in the run directory: which MLflow run is this
 SUPERSEDED_BY_TAG = "transformer_nmt.superseded_by"
 SUPERSEDES_TAG = "transformer_nmt.supersedes"
 GIT_COMMIT_TAG = "mlflow.source.git.commit"
+PARENT_RUN_TAG = "mlflow.parentRunId"  # MLflow's own nesting: the UI shows children under it
+GROUP_TAG = "transformer_nmt.group"
 
 # Retry budget for a locked database: ~0.05 s doubling to 2 s per wait, up to 120 s in all.
 _RETRY_TOTAL_S = 120.0
@@ -574,6 +576,24 @@ def _supersede(
         new.info.run_id,
     )
     return new
+
+
+def nest_runs(parent: StageRun, run_names: list[str]) -> dict[str, str]:
+    """Make the runs named ``run_names`` (of ``parent``'s MLflow experiment) children of
+    ``parent`` (tag ``mlflow.parentRunId``, MLflow's nested runs) and tag them
+    ``transformer_nmt.group`` = the parent's run name; returns name -> run id of those found
+    (a run not tracked yet is left out)."""
+    client = parent.client
+    group = with_retry(client.get_run, parent.run_id).data.tags.get(RUN_TAG, "")
+    found = {}
+    for name in run_names:
+        run = _find_run(client, parent.experiment_id, name)
+        if run is None:
+            log.warning("MLflow: no run %r to nest under %r", name, group)
+            continue
+        _set_tags(client, run.info.run_id, {PARENT_RUN_TAG: parent.run_id, GROUP_TAG: group})
+        found[name] = run.info.run_id
+    return found
 
 
 # --- what the train stage records about its data -----------------------------------------------

@@ -12,6 +12,7 @@ rules use them as their output patterns and the methods fill them in.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import jsonschema
 from transformer_nmt.data.registry import Dataset, load_registry
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.io_utils import write_json
+from transformer_nmt.model.config import TABLE3
 
 # --- output path templates (Snakemake wildcards in braces) ------------------------------------
 RAW_DIR = "resources/{dataset}"
@@ -87,7 +89,136 @@ class Pipeline:
         registry = config.get("registry") or str(Path(repo) / "config" / "datasets.yaml")
         self.registry_path = str(Path(registry).resolve())
         self.registry: dict[str, Dataset] = load_registry(self.registry_path)
+        # studies: Table 3 rows, then seeds, expand the config's experiments into the runs
+        self.table3_rows: dict[str, str] = {}  # Table 3 row -> experiment (before seeds)
+        studied = self._expand_table3(config["experiments"])
+        self.groups: dict[str, list[str]] = {}  # experiment -> its runs (one per seed)
+        self._experiments = self._expand_seeds(studied)
         self._check()
+        self._check_significance()
+
+    # -- studies: Table 3 and seeds (docs/interfaces.md, "Studies") -------------------------------
+
+    def _expand_table3(self, experiments: dict[str, Any]) -> dict[str, Any]:
+        """``table3: {base: E, rows: [A1, ...]}`` adds ``E.A1``, ...: E with the row's model
+        overrides on top of its own (the paper's values, Table 3), everything else (data,
+        ``train`` budget, seeds, search) E's."""
+        study = self.config.get("table3")
+        if not study:
+            return dict(experiments)
+        base = study["base"]
+        if base not in experiments:
+            known = ", ".join(sorted(experiments))
+            raise ConfigError(f"table3.base: '{base}' is not an experiment (experiments: {known})")
+        expanded = dict(experiments)
+        self.table3_rows["base"] = base
+        for row_name in study["rows"]:
+            if row_name not in TABLE3 or row_name == "base":
+                known = ", ".join(r for r in TABLE3 if r != "base")
+                raise ConfigError(f"table3.rows: unknown Table 3 row '{row_name}' (rows: {known})")
+            name = f"{base}.{row_name}"
+            if name in experiments:
+                raise ConfigError(f"table3.rows: '{name}' is already an experiment of the config")
+            exp = copy.deepcopy(experiments[base])
+            exp["model_overrides"] = {
+                **exp["model_overrides"],
+                **TABLE3[row_name].overrides_dict(),
+            }
+            expanded[name] = exp
+            self.table3_rows[row_name] = name
+        train = experiments[base]["train"]
+        every, steps = train.get("val_every_steps", 1000), train.get("max_steps", 100_000)
+        if not train.get("val_beam_bleu_every_steps") or steps % every:
+            raise ConfigError(
+                f"table3.base: Table 3's dev numbers are the last validation's (beam search, "
+                f"§6.2): set experiments.{base}.train.val_beam_bleu_every_steps and make "
+                f"max_steps ({steps}) a multiple of val_every_steps ({every})"
+            )
+        return expanded
+
+    def _expand_seeds(self, experiments: dict[str, Any]) -> dict[str, Any]:
+        """``seeds: [1, 2, 3]`` on experiment E: runs ``E.seed1``, ... with ``train.seed`` set
+        (one MLflow run each, grouped under a parent run E by the report)."""
+        runs: dict[str, Any] = {}
+        for name, exp in experiments.items():
+            seeds = exp.get("seeds")
+            exp = {k: v for k, v in exp.items() if k != "seeds"}
+            if seeds is None:
+                runs[name] = exp
+                self.groups[name] = [name]
+                continue
+            self.groups[name] = []
+            for seed in seeds:
+                run = f"{name}.seed{seed}"
+                if run in experiments:
+                    raise ConfigError(
+                        f"experiments.{name}.seeds: '{run}' is already an experiment of the config"
+                    )
+                runs[run] = {**exp, "train": {**exp["train"], "seed": seed}}
+                self.groups[name].append(run)
+        return runs
+
+    def _check_significance(self) -> None:
+        """``significance.baseline`` is an experiment; runs compare seed by seed, so a baseline
+        with seeds needs as many as each experiment with seeds on its pair."""
+        study = self.config.get("significance")
+        if not study:
+            return
+        baseline = study["baseline"]
+        if baseline not in self.groups:
+            known = ", ".join(sorted(self.groups))
+            raise ConfigError(
+                f"significance.baseline: '{baseline}' is not an experiment (experiments: {known})"
+            )
+        n_base = len(self.groups[baseline])
+        for name in self.compared_experiments():
+            n = len(self.groups[name])
+            if n_base > 1 and n > 1 and n != n_base:
+                raise ConfigError(
+                    f"significance.baseline: '{baseline}' has {n_base} seeds but '{name}' has "
+                    f"{n}: give both the same number of seeds (or one of them none)"
+                )
+
+    def compared_experiments(self) -> list[str]:
+        """The experiments the paired bootstrap compares with the baseline: those on its pair."""
+        study = self.config.get("significance")
+        if not study:
+            return []
+        baseline = self.experiment(self.groups[study["baseline"]][0])
+        return [
+            name
+            for name, runs in sorted(self.groups.items())
+            if name != study["baseline"]
+            and (self.experiment(runs[0])["dataset"], self.experiment(runs[0])["pair"])
+            == (baseline["dataset"], baseline["pair"])
+        ]
+
+    def report_studies(self) -> dict[str, Any]:
+        """What the report stage needs to know of the studies (``report --studies``)."""
+        significance = self.config.get("significance")
+        return {
+            # experiments with seeds (runs named otherwise than the experiment)
+            "groups": {name: runs for name, runs in self.groups.items() if runs != [name]},
+            "table3": dict(self.table3_rows) or None,
+            "significance": None
+            if not significance
+            else {
+                "baseline": significance["baseline"],
+                "resamples": significance.get("resamples", 1000),
+                "runs": {
+                    name: self.groups[name]
+                    for name in [significance["baseline"], *self.compared_experiments()]
+                },
+            },
+        }
+
+    def report_summaries(self) -> list[str]:
+        """The train summaries the report's Table 3 section reads (dev perplexity, BLEU)."""
+        return [
+            TRAIN_SUMMARY.format(experiment=run)
+            for name in self.table3_rows.values()
+            for run in self.groups[name]
+        ]
 
     # -- validation beyond the schema ---------------------------------------------------------
 
@@ -95,7 +226,7 @@ class Pipeline:
         for dataset, pairs in self.config["data"].items():
             for pair in pairs:
                 self._registry_dataset(dataset, pair, f"data.{dataset}.{pair}")
-        for name, exp in self.config["experiments"].items():
+        for name, exp in self._experiments.items():
             key = f"experiments.{name}"
             dataset, pair = exp["dataset"], exp["pair"]
             entry = self._registry_dataset(dataset, pair, key)
@@ -153,14 +284,15 @@ class Pipeline:
     # -- config lookups ----------------------------------------------------------------------
 
     def experiment(self, name: str) -> dict[str, Any]:
-        return self.config["experiments"][name]
+        """A run's settings: a config experiment, a Table 3 row or one seed of them."""
+        return self._experiments[name]
 
     def experiments(self) -> list[str]:
-        return sorted(self.config["experiments"])
+        return sorted(self._experiments)
 
     def data_pairs(self) -> list[tuple[str, str]]:
         """Dataset pairs that some experiment uses (others in ``data:`` are not built)."""
-        return sorted({(e["dataset"], e["pair"]) for e in self.config["experiments"].values()})
+        return sorted({(e["dataset"], e["pair"]) for e in self._experiments.values()})
 
     def datasets(self) -> list[str]:
         return sorted({dataset for dataset, _ in self.data_pairs()})
@@ -221,7 +353,7 @@ class Pipeline:
     def report_experiments(self) -> dict[str, dict[str, str]]:
         return {
             name: {"dataset": e["dataset"], "pair": e["pair"], "preset": e["preset"]}
-            for name, e in self.config["experiments"].items()
+            for name, e in self._experiments.items()
         }
 
     # -- registry lookups --------------------------------------------------------------------

@@ -123,6 +123,8 @@ rule report:
     input:
         scores=pipeline.all_scores(),
         figures=pipeline.all_attention_maps(),
+        # Table 3's dev perplexity and BLEU (config key table3)
+        summaries=pipeline.report_summaries(),
     output:
         report=report(
             paths.REPORT,
@@ -148,7 +150,11 @@ rule report:
         "../../environment.yml"
     params:
         experiments=paths.canonical_json(pipeline.report_experiments()),
+        # Table 3 rows, seed groups, the paired bootstrap's baseline (config keys table3,
+        # seeds, significance)
+        studies=paths.canonical_json(pipeline.report_studies()),
     shell:
         "python -m transformer_nmt report --scores {input.scores:q} --runs-dir results/runs"
         " --out {output.report:q} --figures-dir {output.figures:q}"
-        " --experiments {params.experiments:q} --mlflow > {log:q} 2>&1"
+        " --experiments {params.experiments:q} --studies {params.studies:q}"
+        " --mlflow > {log:q} 2>&1"

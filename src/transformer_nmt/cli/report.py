@@ -8,17 +8,21 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from transformer_nmt.errors import ConfigError
+from transformer_nmt.errors import ConfigError, DataError
 from transformer_nmt.evaluation.report import (
     EXPERIMENT_FILE,
+    SCORES_SUFFIX,
     build_report,
     collect_score_files,
     known_experiments,
     render_figures,
 )
-from transformer_nmt.io_utils import atomic_open, write_json
+from transformer_nmt.io_utils import atomic_open, read_lines, write_json
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "pairs/<dataset>_<pair>/*.png, each with its data as .csv) and embed them in the report",
     )
     parser.add_argument(
+        "--studies",
+        default="{}",
+        help='JSON (workflow/lib/pipeline.py report_studies): {"groups": {"<experiment>": '
+        '[<runs, one per seed>]}, "table3": {"<row>": "<experiment>"}, "significance": '
+        '{"baseline": "<experiment>", "resamples": 1000, "runs": {"<experiment>": [<runs>]}}}; '
+        "adds the Table 3, seeds and significance sections",
+    )
+    parser.add_argument(
         "--mlflow",
         action="store_true",
         help="log the report (and the figures of each experiment) as artifacts into the MLflow "
@@ -73,8 +85,118 @@ def _parse_experiments(text: str) -> dict[str, dict[str, str]]:
     return value
 
 
+def _parse_studies(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"--studies: not valid JSON ({err})") from err
+    if not isinstance(value, dict):
+        raise ConfigError("--studies: expected a JSON object")
+    unknown = sorted(set(value) - {"groups", "table3", "significance"})
+    if unknown:
+        raise ConfigError(f"--studies: unknown key(s) {unknown}")
+    return value
+
+
+def _read_scores(paths: list[Path]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(run, test set) -> the scores file's JSON (validated by ``build_report`` already)."""
+    return {
+        (p.parent.name, p.name[: -len(SCORES_SUFFIX)]): json.loads(p.read_text(encoding="utf-8"))
+        for p in paths
+    }
+
+
+def _parameters(model_config: Mapping[str, Any], vocab_size: int) -> int:
+    """Our parameter count of a run's model (built on the meta device: no memory)."""
+    from transformer_nmt.cli.info import count
+    from transformer_nmt.model.config import ModelConfig
+
+    return count(ModelConfig.from_dict(dict(model_config)), vocab_size)["parameters"]
+
+
+def study_sections(
+    studies: Mapping[str, Any],
+    scores: Mapping[tuple[str, str], Mapping[str, Any]],
+    runs_dir: Path,
+    experiments: Mapping[str, Mapping[str, Any]],
+) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
+    """The report's study sections (name -> Markdown: ``table3``, ``seeds``, ``significance``)
+    and the metrics they add to MLflow runs (experiment or group -> metrics)."""
+    from transformer_nmt.evaluation import significance as sig
+    from transformer_nmt.evaluation import table3
+
+    sections: dict[str, str] = {}
+    metrics: dict[str, dict[str, float]] = {}
+    groups = studies.get("groups") or {}
+    if studies.get("table3"):
+        rows = studies["table3"]
+        runs = [r for e in rows.values() for r in groups.get(e, [e])]
+        devs = {run: table3.read_run_dev(runs_dir / run) for run in runs}
+        params = {run: _parameters(d.model_config, d.vocab_size) for run, d in devs.items()}
+        info = experiments.get(runs[0], {})
+        dev_set = f"{info.get('dataset', '?')} {info.get('pair', '?')} valid"
+        entries = table3.table3_entries(rows, groups, devs, params)
+        sections["table3"] = table3.render_table3(entries, dev_set)
+    if groups:
+        bleu = {key: float(data["bleu"]["score"]) for key, data in scores.items()}
+        summaries = sig.seed_summaries(groups, bleu)
+        if summaries:
+            sections["seeds"] = sig.render_seeds(groups, summaries)
+        for (name, test_set), summary in summaries.items():
+            metrics.setdefault(name, {})[f"{test_set}.bleu_mean"] = summary.mean
+            metrics[name][f"{test_set}.bleu_std"] = summary.std
+    if studies.get("significance"):
+        study = studies["significance"]
+        baseline, resamples = study["baseline"], int(study.get("resamples", 1000))
+        members: dict[str, list[str]] = study["runs"]
+
+        def hypotheses(name: str, test_set: str) -> list[list[str]] | None:
+            files = [scores.get((run, test_set)) for run in members[name]]
+            if any(f is None for f in files):
+                return None
+            return [read_lines(f["hyp"]) for f in files]  # type: ignore[index]
+
+        results: dict[tuple[str, str], sig.BootstrapResult] = {}
+        signatures = []
+        test_sets = sorted({t for (run, t) in scores if run in members[baseline]})
+        for test_set in test_sets:
+            base_hyps = hypotheses(baseline, test_set)
+            if base_hyps is None:
+                continue
+            refs = read_lines(scores[(members[baseline][0], test_set)]["ref"])
+            for name in sorted(members):
+                if name == baseline:
+                    continue
+                hyps = hypotheses(name, test_set)
+                if hyps is None:
+                    continue
+                try:
+                    base_result, result, signature = sig.paired_bootstrap(
+                        base_hyps, hyps, refs, resamples
+                    )
+                except DataError as err:
+                    raise DataError(f"significance of {name} on {test_set}: {err}") from err
+                results[(name, test_set)] = result
+                results.setdefault((baseline, test_set), base_result)
+                signatures.append(signature)
+                low, high = result.interval
+                metrics.setdefault(name, {}).update(
+                    {
+                        f"{test_set}.bleu_p_value": result.p_value,
+                        f"{test_set}.bleu_ci95_low": low,
+                        f"{test_set}.bleu_ci95_high": high,
+                    }
+                )
+        if results:
+            sections["significance"] = sig.render_significance(
+                baseline, results, signatures, resamples
+            )
+    return sections, metrics
+
+
 def run(args: argparse.Namespace) -> int:
     experiments = _parse_experiments(args.experiments)
+    studies = _parse_studies(args.studies)
     paths = collect_score_files(args.scores, args.runs_dir)
     # What each experiment of this config is, beside its scores: later reports of other configs
     # (which do not know it) still put the paper's number and the preset on its rows.
@@ -86,22 +208,65 @@ def run(args: argparse.Namespace) -> int:
     if args.figures_dir is not None:
         figures = _figures(paths, experiments, args.figures_dir)
         text += render_figures(figures, Path(args.out).parent)
+    runs_dir = Path(args.runs_dir) if args.runs_dir else Path(args.scores[0]).parent.parent
+    sections, metrics = study_sections(studies, _read_scores(paths), runs_dir, experiments)
+    text += "".join(f"\n{section}" for section in sections.values())
     with atomic_open(args.out) as handle:
         handle.write(text)
     log.info("wrote %s (%d score files)", args.out, len(paths))
     if args.mlflow:
-        from transformer_nmt import tracking
-
         run_dirs = {path.parent.name: path.parent for path in paths}  # results/runs/<name>
+        groups = studies.get("groups") or {}
+        _log_to_mlflow(args.out, experiments, groups, sections, metrics, run_dirs, figures)
+    return 0
+
+
+def _log_to_mlflow(
+    report: str,
+    experiments: Mapping[str, Mapping[str, Any]],
+    groups: Mapping[str, list[str]],
+    sections: Mapping[str, str],
+    metrics: Mapping[str, Mapping[str, float]],
+    run_dirs: Mapping[str, Path],
+    figures: Any,
+) -> None:
+    """The report and its study tables (``tables/<name>.md``) into every experiment's run; an
+    experiment with seeds also gets a parent run (its name) holding its runs as nested runs,
+    the tables and the seed statistics. ``figures`` (``evaluation.figures``, or None): each
+    experiment's figures too. ``run_dirs``: each experiment's run directory (its MLflow run)."""
+    from transformer_nmt import tracking
+
+    with tempfile.TemporaryDirectory(prefix="transformer_nmt-tables-") as tmp:
+        tables = Path(tmp) / "tables"
+        tables.mkdir()
+        for name, section in sections.items():
+            (tables / f"{name}.md").write_text(section, encoding="utf-8")
         for name, info in sorted(experiments.items()):
             mlflow_experiment = f"{info['dataset']}_{info['pair']}"
             with tracking.stage_run(
                 mlflow_experiment, name, "report", run_dir=run_dirs.get(name)
             ) as tracked:
-                tracked.log_artifact(args.out)
+                tracked.log_artifact(report)
                 if figures is not None:
                     _log_figures(tracked, figures, name)
-    return 0
+                if sections:
+                    tracked.log_artifact(tables, "tables")
+                if metrics.get(name):
+                    tracked.log_metrics(metrics[name])
+        for group, runs in sorted(groups.items()):
+            info = experiments.get(runs[0])
+            if info is None:
+                continue
+            mlflow_experiment = f"{info['dataset']}_{info['pair']}"
+            with tracking.stage_run(
+                mlflow_experiment, group, "report", tags={"transformer_nmt.seed_runs": len(runs)}
+            ) as parent:
+                tracking.nest_runs(parent, list(runs))
+                parent.log_artifact(report)
+                if sections:
+                    parent.log_artifact(tables, "tables")
+                if metrics.get(group):
+                    parent.log_metrics(metrics[group])
 
 
 def _figures(paths: list[Path], experiments: dict, figures_dir: Path):

@@ -1,0 +1,160 @@
+"""The report's Table 3 section: each row's parameters, dev perplexity and dev BLEU beside the
+paper's (Vaswani et al. 2017, Table 3; the rows and the paper's numbers are
+``transformer_nmt.model.config.TABLE3``), and the differences from the base row.
+
+Ours come from each run's ``train_summary.json``: the last validation's ``val/ppl``
+(per SentencePiece piece, as the paper's is per word-piece) and ``val/bleu_beam`` (§6.1 beam
+search on the whole dev set with the trained weights, no checkpoint averaging: what §6.2 says
+Table 3 reports). The parameter count is computed from the run's model config and vocabulary by
+the caller (``cli/report.py``), so that this module needs no model. A row trained once per seed
+shows the mean over its runs (± the sample standard deviation).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformer_nmt.errors import DataError
+from transformer_nmt.model.config import TABLE3
+
+SUMMARY_FILE = "train_summary.json"
+
+
+@dataclass(frozen=True)
+class RunDev:
+    """What one run's train summary says for Table 3."""
+
+    model_config: dict[str, Any]
+    vocab_size: int
+    dev_ppl: float | None
+    dev_bleu: float | None
+    step: int | None
+
+
+def read_run_dev(run_dir: str | Path) -> RunDev:
+    """``<run_dir>/train_summary.json`` -> RunDev; DataError naming the file and key."""
+    path = Path(run_dir) / SUMMARY_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise DataError(f"{path}: file not found (the run has not finished training)") from err
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: not valid JSON ({err})") from err
+    for key in ("model_config", "vocab", "metrics"):
+        if not isinstance(data.get(key), dict):
+            raise DataError(f"{path}: missing key '{key}' (not a summary written by 'train')")
+    metrics = data["metrics"]
+
+    def metric(key: str) -> float | None:
+        value = metrics.get(key)
+        return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+    step = metrics.get("val/step", data.get("final_step"))
+    return RunDev(
+        model_config=data["model_config"],
+        vocab_size=int(data["vocab"].get("size", 0)),
+        dev_ppl=metric("val/ppl"),
+        dev_bleu=metric("val/bleu_beam"),
+        step=int(step) if isinstance(step, int | float) else None,
+    )
+
+
+@dataclass(frozen=True)
+class Table3Entry:
+    """One row of our Table 3: the row's runs (one per seed) and their values."""
+
+    row: str
+    experiment: str
+    params: int
+    dev_ppl: tuple[float, ...]
+    dev_bleu: tuple[float, ...]
+    steps: tuple[int, ...]
+
+    @staticmethod
+    def mean(values: Sequence[float]) -> float | None:
+        return statistics.fmean(values) if values else None
+
+
+def table3_entries(
+    rows: Mapping[str, str],
+    groups: Mapping[str, Sequence[str]],
+    runs: Mapping[str, RunDev],
+    params: Mapping[str, int],
+) -> list[Table3Entry]:
+    """The entries of ``rows`` (Table 3 row -> experiment) in the paper's order; ``groups``
+    maps an experiment to its runs (absent: the experiment is one run); ``params``: run ->
+    parameter count."""
+    entries = []
+    for row in TABLE3:
+        if row not in rows:
+            continue
+        experiment = rows[row]
+        members = list(groups.get(experiment, [experiment]))
+        devs = [runs[m] for m in members]
+        entries.append(
+            Table3Entry(
+                row=row,
+                experiment=experiment,
+                params=params[members[0]],
+                dev_ppl=tuple(d.dev_ppl for d in devs if d.dev_ppl is not None),
+                dev_bleu=tuple(d.dev_bleu for d in devs if d.dev_bleu is not None),
+                steps=tuple(d.step for d in devs if d.step is not None),
+            )
+        )
+    return entries
+
+
+def _value(values: Sequence[float]) -> str:
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def _delta(value: float | None, base: float | None) -> str:
+    return "—" if value is None or base is None else f"{value - base:+.2f}"
+
+
+def render_table3(entries: Sequence[Table3Entry], dev_set: str) -> str:
+    """Markdown: per row, what it changes, parameters (ours, paper's), dev perplexity and dev
+    BLEU (ours, paper's) and the differences from the base row (ours, paper's)."""
+    if not entries:
+        raise DataError("Table 3: no rows to report")
+    base = next((e for e in entries if e.row == "base"), None)
+    base_ppl = Table3Entry.mean(base.dev_ppl) if base else None
+    base_bleu = Table3Entry.mean(base.dev_bleu) if base else None
+    paper_base = TABLE3["base"]
+    lines = [
+        "## Table 3: variations on the base model",
+        "",
+        f"Every row is trained like the base row (same data, budget and search); ours are on the "
+        f"dev set ({dev_set}), the paper's on newstest2013 (EN-DE, 100k steps; big 300k). Dev "
+        "PPL: per SentencePiece piece at the last validation; dev BLEU: sacreBLEU of §6.1 beam "
+        "search on the whole dev set with the last weights (no averaging, §6.2). Parameters "
+        "depend on the vocabulary (the paper: ~37k). Δ: difference from the base row. Rows with "
+        "seeds: mean ± sample std over the runs.",
+        "",
+        "| row | experiment | changes | params ×10⁶ | paper | dev PPL | paper | Δ PPL | paper Δ "
+        "| dev BLEU | paper | Δ BLEU | paper Δ | step |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for e in entries:
+        paper = TABLE3[e.row]
+        ppl, bleu = Table3Entry.mean(e.dev_ppl), Table3Entry.mean(e.dev_bleu)
+        changes = ", ".join(paper.overrides) if paper.overrides else "—"
+        steps = ", ".join(str(s) for s in sorted(set(e.steps))) or "—"
+        lines.append(
+            f"| {e.row} | {e.experiment} | {changes} | {e.params / 1e6:.2f} "
+            f"| {paper.paper_params_m:g} | {_value(e.dev_ppl)} | {paper.paper_dev_ppl:.2f} "
+            f"| {_delta(ppl, base_ppl)} | {paper.paper_dev_ppl - paper_base.paper_dev_ppl:+.2f} "
+            f"| {_value(e.dev_bleu)} | {paper.paper_dev_bleu:.1f} | {_delta(bleu, base_bleu)} "
+            f"| {paper.paper_dev_bleu - paper_base.paper_dev_bleu:+.1f} | {steps} |"
+        )
+    return "\n".join(lines) + "\n"
