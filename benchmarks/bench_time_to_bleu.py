@@ -48,28 +48,29 @@ OUT = REPO / "benchmarks" / "out"
 UNBOUNDED_STEPS = 10_000_000
 
 
-# --- the pipeline's file layout (workflow/rules/*.smk) ------------------------------------------
+# --- the pipeline's file layout (workflow/lib/pipeline.py's path templates) -------------------
+
+sys.path[:0] = [str(REPO / "src"), str(REPO / "workflow" / "lib")]
+import pipeline as layout  # noqa: E402  (the Snakefile's own path templates)
 
 
 def data_paths(exp: dict[str, Any]) -> dict[str, Any]:
     """Paths of an experiment's data files, relative to the repository root."""
-    dataset, pair = exp["dataset"], exp["pair"]
-    src, tgt = pair.split("-")
-    base = f"{dataset}/{pair}"
-    bin_dir = f"results/bin/{base}"
+    where = {"dataset": exp["dataset"], "pair": exp["pair"]}
+    src, tgt = exp["pair"].split("-")
     return {
         "src": src,
         "tgt": tgt,
-        "spm": f"results/spm/{base}/spm.model",
-        "bin_dir": bin_dir,
-        "clean_report": f"results/data/{base}/clean_report.json",
+        "spm": layout.SPM_MODEL.format(**where),
+        "bin_dir": layout.BIN_DIR.format(**where),
+        "clean_report": layout.CLEAN_REPORT.format(**where),
         "bins": [
-            f"{bin_dir}/{split}.{lang}.{kind}.npy"
+            template.format(**where, split=split, lang=lang)
             for split in ("train", "valid")
             for lang in (src, tgt)
-            for kind in ("tokens", "offsets")
+            for template in (layout.TOKENS, layout.OFFSETS)
         ],
-        "text": lambda split, lang: f"results/data/{base}/{split}.{lang}",
+        "text": lambda split, lang: layout.TEXT_FILE.format(**where, split=split, lang=lang),
     }
 
 
