@@ -22,12 +22,17 @@ Each run trains ``--steps`` updates from scratch, as a fresh process, and logs e
 the peer's (``eole train``) runs alternate, and which goes first alternates too (the machine is
 shared). Throughput of a run: the median of its log windows' target tokens/s (real tokens:
 y + EOS, no padding; both toolkits count the same), leaving out the first window (start-up,
-first allocations). Loss: the label-smoothed cross-entropy per target token in nats (both
-toolkits use the same definition, ``torch.nn.functional.cross_entropy(label_smoothing=0.1)``)
-of the last window, i.e. after the same number of updates; the real target tokens per batch are
-reported for both, so "after the same number of tokens" can be checked. Printed: a table per
-run, the medians over runs and the ratio ours / peer; written: ``benchmarks/out/peer_training_
-<peer>.json`` with the load average, machine and date.
+first allocations). The script also reads the training process's CPU time (user + system,
+all threads, from ``/proc``) when each log line appears, giving target tokens per CPU-second:
+on a machine shared with other jobs wall-clock rates mostly measure the share of the cores a
+process got, CPU time much less so (ours has no per-window token count in its log: its windows
+use the run's mean target tokens per batch). Loss: the label-smoothed cross-entropy per target
+token in nats (both toolkits use the same definition,
+``torch.nn.functional.cross_entropy(label_smoothing=0.1)``) of the last window, i.e. after the
+same number of updates; the real target tokens per batch are reported for both, so "after the
+same number of tokens" can be checked. Printed: a line per run, the medians over runs and the
+ratios ours / peer; written: ``benchmarks/out/peer_training_eole.json`` with the load average,
+machine and date.
 
 The peer lives in its own virtual environment (``--peer-venv``, default
 ``benchmarks/.venv-peer-eole``, gitignored), never in the project's dependencies; create it with
@@ -148,48 +153,78 @@ def run_ours(args, paths: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         "--spm-model", paths["spm"], "--src", paths["src"], "--tgt", paths["tgt"],
         "--run-dir", str(run_dir), "--model", json.dumps(model), "--train", json.dumps(train),
     ]  # fmt: skip
-    log = run(cmd, run_dir, args.threads)
+    log, cpu = run(cmd, run_dir, args.threads, OURS_LINE)
     windows = [
         {"step": int(m[1]), "loss": float(m[2]), "tgt_tokens_per_s": float(m[3])}
         for m in OURS_LINE.finditer(log)
     ]
     summary = json.loads((run_dir / "train_summary.json").read_text(encoding="utf-8"))
     tgt_per_batch = summary["train_tokens_this_job"]["tgt"] / summary["final_step"]
-    return summarise(windows, args, tgt_per_batch)
+    for w in windows:  # our log has no per-window token count: the run's mean batch
+        w["tgt_tokens"] = tgt_per_batch * args.log_every
+    return summarise(windows, cpu, args, tgt_per_batch)
 
 
 def run_peer(args, cfg_path: Path, run_dir: Path) -> dict[str, Any]:
     cmd = [str(args.peer_venv / "bin" / "eole"), "train", "-config", str(cfg_path)]
-    log = run(cmd, run_dir, args.threads)
-    windows, tgt_tokens = [], 0.0
-    for m in EOLE_LINE.finditer(log):
-        windows.append({"step": int(m[1]), "loss": float(m[2]), "tgt_tokens_per_s": float(m[7])})
-        tgt_tokens += float(m[4]) * args.log_every  # mean real target tokens per batch x batches
-    return summarise(windows, args, tgt_tokens / max(args.steps, 1))
+    log, cpu = run(cmd, run_dir, args.threads, EOLE_LINE)
+    windows = [
+        {
+            "step": int(m[1]),
+            "loss": float(m[2]),
+            "tgt_tokens_per_s": float(m[7]),
+            "tgt_tokens": float(m[4]) * args.log_every,  # mean real target tokens/batch x batches
+        }
+        for m in EOLE_LINE.finditer(log)
+    ]
+    tgt_per_batch = sum(w["tgt_tokens"] for w in windows) / max(windows[-1]["step"], 1)
+    return summarise(windows, cpu, args, tgt_per_batch)
 
 
-def run(cmd: list[str], run_dir: Path, threads: int) -> str:
-    """Run ``cmd`` in the repository root; its combined output (kept in ``run_dir/train.log``)."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process, all its threads (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(cmd: list[str], run_dir: Path, threads: int, line: re.Pattern) -> tuple[str, list[float]]:
+    """Run ``cmd`` in the repository root; its combined output (kept in ``run_dir/train.log``)
+    and the process's CPU seconds when each log line matching ``line`` appeared (polled every
+    0.1 s): CPU time, unlike wall time, barely counts the other jobs on a shared machine."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / "train.log"
+    cpu: list[float] = []
     with open(log_path, "w", encoding="utf-8") as handle:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             cmd, cwd=REPO, env=thread_env(threads), stdout=handle, stderr=subprocess.STDOUT
         )
+        while proc.poll() is None:
+            time.sleep(0.1)
+            seen = len(line.findall(log_path.read_text(encoding="utf-8", errors="replace")))
+            if seen > len(cpu):
+                try:
+                    now = cpu_seconds(proc.pid)
+                except (OSError, IndexError):  # it ended between poll() and the read
+                    break
+                cpu += [now] * (seen - len(cpu))
     text = log_path.read_text(encoding="utf-8", errors="replace")
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd[:3])} failed ({proc.returncode}); log {log_path}:\n{text[-3000:]}")
-    return text
+    return text, cpu
 
 
-def summarise(windows: list[dict], args, tgt_per_batch: float) -> dict[str, Any]:
+def summarise(windows: list[dict], cpu: list[float], args, tgt_per_batch: float) -> dict:
     expected = args.steps // args.log_every
-    if len(windows) < expected or len(windows) < 2:
+    if len(windows) < expected or len(windows) < 2 or len(cpu) < len(windows):
         sys.exit(f"expected {expected} log windows, parsed {len(windows)}: see the run's train.log")
-    steady = [w["tgt_tokens_per_s"] for w in windows[1:]]
+    for w, before, after in zip(windows[1:], cpu, cpu[1:], strict=False):
+        w["cpu_seconds"] = after - before
+        w["tgt_tokens_per_cpu_s"] = w["tgt_tokens"] / max(after - before, 1e-9)
+    steady = windows[1:]
     return {
         "windows": windows,
-        "tgt_tokens_per_s": statistics.median(steady),
+        "tgt_tokens_per_s": statistics.median(w["tgt_tokens_per_s"] for w in steady),
+        "tgt_tokens_per_cpu_s": statistics.median(w["tgt_tokens_per_cpu_s"] for w in steady),
         "final_loss": windows[-1]["loss"],
         "final_step": windows[-1]["step"],
         "tgt_tokens_per_batch": tgt_per_batch,
@@ -270,7 +305,8 @@ def main() -> int:
             row.update(run=i, wall_seconds=time.perf_counter() - started, load_1min=load)
             results[who].append(row)
             print(
-                f"run {i} {who:<4}: {row['tgt_tokens_per_s']:7.0f} tgt tok/s  loss@"
+                f"run {i} {who:<4}: {row['tgt_tokens_per_s']:7.0f} tgt tok/s  "
+                f"{row['tgt_tokens_per_cpu_s']:6.0f} per CPU-s  loss@"
                 f"{row['final_step']} {row['final_loss']:.3f}  "
                 f"{row['tgt_tokens_per_batch']:6.0f} tgt tok/batch  "
                 f"wall {row['wall_seconds']:5.1f}s  load {load:.2f}",
@@ -281,21 +317,25 @@ def main() -> int:
     med = {
         who: {
             "tgt_tokens_per_s": statistics.median(r["tgt_tokens_per_s"] for r in rows),
+            "tgt_tokens_per_cpu_s": statistics.median(r["tgt_tokens_per_cpu_s"] for r in rows),
             "final_loss": statistics.median(r["final_loss"] for r in rows),
             "tgt_tokens_per_batch": statistics.median(r["tgt_tokens_per_batch"] for r in rows),
         }
         for who, rows in results.items()
     }
     ratio = med["ours"]["tgt_tokens_per_s"] / med["peer"]["tgt_tokens_per_s"]
+    cpu_ratio = med["ours"]["tgt_tokens_per_cpu_s"] / med["peer"]["tgt_tokens_per_cpu_s"]
     peer = peer_version(args.peer_venv)
     print(f"\nmedian of {args.runs} runs, {args.steps} updates of {args.max_tokens} tokens, "
           f"{args.threads} threads; peer {peer}")  # fmt: skip
-    print(f"{'':<6} {'tgt tok/s':>10} {'loss@' + str(args.steps):>10} {'tgt tok/batch':>14}")
+    print(f"{'':<6} {'tgt tok/s':>10} {'per CPU-s':>10} {'loss@' + str(args.steps):>10} "
+          f"{'tgt tok/batch':>14}")  # fmt: skip
     for who in ("ours", "peer"):
         m = med[who]
-        print(f"{who:<6} {m['tgt_tokens_per_s']:>10.0f} {m['final_loss']:>10.3f} "
-              f"{m['tgt_tokens_per_batch']:>14.0f}")  # fmt: skip
-    print(f"throughput ratio ours / peer: {ratio:.2f}x  (load {load_before} -> {load_after})")
+        print(f"{who:<6} {m['tgt_tokens_per_s']:>10.0f} {m['tgt_tokens_per_cpu_s']:>10.0f} "
+              f"{m['final_loss']:>10.3f} {m['tgt_tokens_per_batch']:>14.0f}")  # fmt: skip
+    print(f"ratio ours / peer: {ratio:.2f}x tokens/s, {cpu_ratio:.2f}x tokens per CPU-second "
+          f"(load {load_before} -> {load_after})")  # fmt: skip
 
     payload = {
         "benchmark": "peer_training",
@@ -308,10 +348,12 @@ def main() -> int:
         "vocab_size": data["vocab_size"],
         "train_sentences": data["sentences"],
         "loss": "label-smoothed (eps 0.1) cross-entropy per real target token, nats, last window",
-        "throughput": "median over log windows after the first of real target tokens/s",
+        "throughput": "median over log windows after the first of real target tokens/s "
+        "(wall) and per CPU-second of the training process (user + system, all threads)",
         "runs": results,
         "median": med,
         "ratio_ours_over_peer": ratio,
+        "cpu_ratio_ours_over_peer": cpu_ratio,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".json.tmp")
