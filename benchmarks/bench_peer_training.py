@@ -1,0 +1,367 @@
+"""Training throughput against a peer toolkit (eole, the successor of OpenNMT-py) on the same
+model shape, data, vocabulary, batch size and threads (issue 10).
+
+Data: the pipeline's own stages (Snakemake: download -> prepare -> spm-train -> encode) build
+Multi30k EN-DE as in ``config/config.yaml``. Ours trains on those token arrays; the peer reads
+the same token ids written back as SentencePiece pieces (one sentence per line, pieces joined by
+spaces, no further transforms), with a vocabulary file of our model's 8,000 pieces in id order.
+Pieces that contain whitespace (SentencePiece keeps a no-break space as a piece under our
+identity normalisation) are renamed ``<piece_ID>`` in both files, so each sentence is the same
+id sequence on both sides. The peer builds its vocabulary from that file: the same 8,000
+pieces, with no extra specials (its pad/unk/bos/eos are set to our names).
+
+Model and training (both): our ``tiny`` preset with the demo's pre-LN flag (d_model 256, 3+3
+layers, 4 heads, d_ff 1024, dropout 0.1, shared embeddings and pre-softmax projection), label
+smoothing 0.1, Adam (0.9, 0.98), the §5.3 inverse-sqrt schedule (``--warmup``, ``--lr-scale``),
+``--max-tokens`` tokens per batch counting padding, one update per batch, fp32, ``--threads``
+intra-op threads (OMP/MKL variables and torch.set_num_threads through them), one process, no
+data-loader workers. The peer's settings are ``benchmarks/peers/eole_tiny.yaml``.
+
+Each run trains ``--steps`` updates from scratch, as a fresh process, and logs every
+``--log-every`` updates; ours (``python -m transformer_nmt train``, what the pipeline runs) and
+the peer's (``eole train``) runs alternate, and which goes first alternates too (the machine is
+shared). Throughput of a run: the median of its log windows' target tokens/s (real tokens:
+y + EOS, no padding; both toolkits count the same), leaving out the first window (start-up,
+first allocations). The script also reads the training process's CPU time (user + system,
+all threads, from ``/proc``) when each log line appears, giving target tokens per CPU-second:
+on a machine shared with other jobs wall-clock rates mostly measure the share of the cores a
+process got, CPU time much less so (ours has no per-window token count in its log: its windows
+use the run's mean target tokens per batch). Loss: the label-smoothed cross-entropy per target
+token in nats (both toolkits use the same definition,
+``torch.nn.functional.cross_entropy(label_smoothing=0.1)``) of the last window, i.e. after the
+same number of updates; the real target tokens per batch are reported for both, so "after the
+same number of tokens" can be checked. Printed: a line per run, the medians over runs and the
+ratios ours / peer; written: ``benchmarks/out/peer_training_eole.json`` with the load average,
+machine and date.
+
+The peer lives in its own virtual environment (``--peer-venv``, default
+``benchmarks/.venv-peer-eole``, gitignored), never in the project's dependencies; create it with
+``benchmarks/peers/install_eole.sh``.
+
+Usage: ``python benchmarks/bench_peer_training.py [--steps 150] [--runs 3] [--log-every 25]``
+(run from the repository root, in the project's environment, with ``PYTHONPATH=src``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_time_to_bleu import build_data, data_paths, load_experiment  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "benchmarks" / "out"
+PEERS = REPO / "benchmarks" / "peers"
+EXPERIMENT = "multi30k_en_de_tiny"
+
+# "step 50/150 (33%)  elapsed 0m41s  eta 1m22s  loss 6.1234  lr ...  tgt tok/s 2412"
+OURS_LINE = re.compile(r"step (\d+)/\d+ .*?loss ([0-9.]+).*?tgt tok/s (\d+)")
+# "Step 50/  150; acc: 12.3; ppl: 456.78; xent: 6.12; ...; bsz: 1234/1200/90; 1500/1400 tok/s;"
+EOLE_LINE = re.compile(
+    r"Step\s+(\d+)/\s*\d+; .*?xent: ([0-9.]+);.*?bsz:\s*([0-9.]+)/\s*([0-9.]+)/\s*([0-9.]+);"
+    r"\s*([0-9.]+)/\s*([0-9.]+) tok/s"
+)
+
+
+# --- data: the pipeline's arrays, and the same ids as pieces for the peer -----------------------
+
+
+def piece_names(spm_model: Path) -> list[str]:
+    """Our SentencePiece model's pieces in id order; a piece with whitespace (which a text
+    corpus or vocabulary file cannot hold) is renamed ``<piece_ID>``."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+    names = []
+    for i in range(sp.get_piece_size()):
+        piece = sp.id_to_piece(i)
+        names.append(f"<piece_{i}>" if not piece or any(c.isspace() for c in piece) else piece)
+    if len(set(names)) != len(names):
+        sys.exit(f"{spm_model}: piece names are not unique after renaming")
+    return names
+
+
+def write_peer_data(paths: dict[str, Any], out: Path) -> dict[str, Any]:
+    """``train.{src,tgt}`` as pieces of our token arrays, and ``vocab.txt`` (piece, tab, count)."""
+    from transformer_nmt.data.token_array import TokenArray
+
+    out.mkdir(parents=True, exist_ok=True)
+    names = piece_names(REPO / paths["spm"])
+    counts = [0] * len(names)
+    sizes = {}
+    for lang in (paths["src"], paths["tgt"]):
+        array = TokenArray(REPO / paths["bin_dir"] / f"train.{lang}")
+        tmp = out / f"train.{lang}.tmp"
+        with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
+            for ids in array:
+                ids = ids.tolist()
+                for i in ids:
+                    counts[i] += 1
+                handle.write(" ".join(names[i] for i in ids) + "\n")
+        tmp.replace(out / f"train.{lang}")
+        sizes[lang] = len(array)
+    # Every piece, in id order; the count column only documents the corpus (no filtering).
+    vocab = out / "vocab.txt"
+    vocab.write_text("".join(f"{n}\t{c}\n" for n, c in zip(names, counts, strict=True)), "utf-8")
+    return {"vocab": vocab, "vocab_size": len(names), "sentences": sizes}
+
+
+# --- runs ---------------------------------------------------------------------------------------
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    env = dict(os.environ)
+    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[key] = str(threads)
+    env["PYTHONPATH"] = str(REPO / "src")
+    return env
+
+
+def run_ours(args, paths: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    model = {"preset": "tiny", "overrides": {"norm_first": True}}
+    train = {
+        "max_steps": args.steps,
+        "max_tokens": args.max_tokens,
+        "tokens_per_update": args.max_tokens,
+        "warmup": args.warmup,
+        "lr_scale": args.lr_scale,
+        "seed": 1,
+        "precision": "32-true",
+        "accelerator": "cpu",
+        "devices": 1,
+        "checkpoint_every_steps": args.steps,
+        "keep_checkpoints": 1,
+        "val_every_steps": args.steps,
+        "log_every_steps": args.log_every,
+        "num_workers": 0,
+    }
+    cmd = [
+        sys.executable, "-m", "transformer_nmt", "train", "--bin-dir", paths["bin_dir"],
+        "--spm-model", paths["spm"], "--src", paths["src"], "--tgt", paths["tgt"],
+        "--run-dir", str(run_dir), "--model", json.dumps(model), "--train", json.dumps(train),
+    ]  # fmt: skip
+    log, cpu = run(cmd, run_dir, args.threads, OURS_LINE)
+    windows = [
+        {"step": int(m[1]), "loss": float(m[2]), "tgt_tokens_per_s": float(m[3])}
+        for m in OURS_LINE.finditer(log)
+    ]
+    summary = json.loads((run_dir / "train_summary.json").read_text(encoding="utf-8"))
+    tgt_per_batch = summary["train_tokens_this_job"]["tgt"] / summary["final_step"]
+    for w in windows:  # our log has no per-window token count: the run's mean batch
+        w["tgt_tokens"] = tgt_per_batch * args.log_every
+    return summarise(windows, cpu, args, tgt_per_batch)
+
+
+def run_peer(args, cfg_path: Path, run_dir: Path) -> dict[str, Any]:
+    cmd = [str(args.peer_venv / "bin" / "eole"), "train", "-config", str(cfg_path)]
+    log, cpu = run(cmd, run_dir, args.threads, EOLE_LINE)
+    windows = [
+        {
+            "step": int(m[1]),
+            "loss": float(m[2]),
+            "tgt_tokens_per_s": float(m[7]),
+            "tgt_tokens": float(m[4]) * args.log_every,  # mean real target tokens/batch x batches
+        }
+        for m in EOLE_LINE.finditer(log)
+    ]
+    tgt_per_batch = sum(w["tgt_tokens"] for w in windows) / max(windows[-1]["step"], 1)
+    return summarise(windows, cpu, args, tgt_per_batch)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process, all its threads (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(cmd: list[str], run_dir: Path, threads: int, line: re.Pattern) -> tuple[str, list[float]]:
+    """Run ``cmd`` in the repository root; its combined output (kept in ``run_dir/train.log``)
+    and the process's CPU seconds when each log line matching ``line`` appeared (polled every
+    0.1 s): CPU time, unlike wall time, barely counts the other jobs on a shared machine."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_path = run_dir / "train.log"
+    cpu: list[float] = []
+    with open(log_path, "w", encoding="utf-8") as handle:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=thread_env(threads), stdout=handle, stderr=subprocess.STDOUT
+        )
+        while proc.poll() is None:
+            time.sleep(0.1)
+            seen = len(line.findall(log_path.read_text(encoding="utf-8", errors="replace")))
+            if seen > len(cpu):
+                try:
+                    now = cpu_seconds(proc.pid)
+                except (OSError, IndexError):  # it ended between poll() and the read
+                    break
+                cpu += [now] * (seen - len(cpu))
+    text = log_path.read_text(encoding="utf-8", errors="replace")
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd[:3])} failed ({proc.returncode}); log {log_path}:\n{text[-3000:]}")
+    return text, cpu
+
+
+def summarise(windows: list[dict], cpu: list[float], args, tgt_per_batch: float) -> dict:
+    expected = args.steps // args.log_every
+    if len(windows) < expected or len(windows) < 2 or len(cpu) < len(windows):
+        sys.exit(f"expected {expected} log windows, parsed {len(windows)}: see the run's train.log")
+    for w, before, after in zip(windows[1:], cpu, cpu[1:], strict=False):
+        w["cpu_seconds"] = after - before
+        w["tgt_tokens_per_cpu_s"] = w["tgt_tokens"] / max(after - before, 1e-9)
+    steady = windows[1:]
+    return {
+        "windows": windows,
+        "tgt_tokens_per_s": statistics.median(w["tgt_tokens_per_s"] for w in steady),
+        "tgt_tokens_per_cpu_s": statistics.median(w["tgt_tokens_per_cpu_s"] for w in steady),
+        "final_loss": windows[-1]["loss"],
+        "final_step": windows[-1]["step"],
+        "tgt_tokens_per_batch": tgt_per_batch,
+    }
+
+
+def peer_config(args, data: dict[str, Any], work: Path) -> dict[str, Any]:
+    cfg = yaml.safe_load((PEERS / "eole_tiny.yaml").read_text(encoding="utf-8"))
+    cfg.update(
+        src_vocab=str(data["vocab"]), tgt_vocab=str(data["vocab"]),
+        src_vocab_size=data["vocab_size"], tgt_vocab_size=data["vocab_size"],
+        save_data=str(work / "eole_save"), report_every=args.log_every,
+    )  # fmt: skip
+    cfg["data"]["corpus_1"].update(
+        path_src=str(data["dir"] / f"train.{data['src']}"),
+        path_tgt=str(data["dir"] / f"train.{data['tgt']}"),
+    )
+    cfg["training"].update(
+        model_path=str(work / "eole_model"), train_steps=args.steps,
+        batch_size=args.max_tokens, warmup_steps=args.warmup, learning_rate=args.lr_scale,
+    )  # fmt: skip
+    return cfg
+
+
+def peer_version(venv: Path) -> str:
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-c",
+         "import importlib.metadata as m; print(m.version('eole'), m.version('torch'))"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    eole, torch = proc.stdout.split()
+    return f"eole {eole} (torch {torch})"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=150, help="updates per run (150)")
+    parser.add_argument("--runs", type=int, default=3, help="runs per toolkit (median)")
+    parser.add_argument("--log-every", type=int, default=25, help="log window in updates")
+    parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=100, help="§5.3 warmup steps (demo: 100)")
+    parser.add_argument("--lr-scale", type=float, default=0.5, help="schedule scale (demo: 0.5)")
+    parser.add_argument("--peer-venv", type=Path, default=REPO / "benchmarks" / ".venv-peer-eole")
+    parser.add_argument("--data-mirror", default=os.environ.get("TRANSFORMER_NMT_MIRROR"))
+    parser.add_argument("--out", type=Path, default=OUT / "peer_training_eole.json")
+    args = parser.parse_args()
+    if args.steps < 2 * args.log_every:
+        parser.error("--steps must be at least two log windows (the first is left out)")
+    if not (args.peer_venv / "bin" / "eole").exists():
+        sys.exit(f"{args.peer_venv}: no eole there; run benchmarks/peers/install_eole.sh")
+
+    config_path = REPO / "config" / "config.yaml"
+    _, exp = load_experiment(config_path, EXPERIMENT)
+    paths = data_paths(exp)
+    build_data(config_path, paths, [], args.data_mirror)
+    work = OUT / "peer_training"
+    if work.exists():
+        shutil.rmtree(work)
+    data = write_peer_data(paths, work / "data")
+    data.update(dir=work / "data", src=paths["src"], tgt=paths["tgt"])
+    cfg_path = work / "eole_tiny.yaml"
+    cfg_path.write_text(yaml.safe_dump(peer_config(args, data, work), sort_keys=False), "utf-8")
+
+    load_before = os.getloadavg()
+    results: dict[str, list[dict[str, Any]]] = {"ours": [], "peer": []}
+    for i in range(args.runs):
+        order = ("ours", "peer") if i % 2 == 0 else ("peer", "ours")
+        for who in order:
+            run_dir = work / f"{who}_{i}"
+            load = os.getloadavg()[0]
+            started = time.perf_counter()
+            if who == "ours":
+                row = run_ours(args, paths, run_dir)
+            else:
+                shutil.rmtree(work / "eole_model", ignore_errors=True)
+                row = run_peer(args, cfg_path, run_dir)
+            row.update(run=i, wall_seconds=time.perf_counter() - started, load_1min=load)
+            results[who].append(row)
+            print(
+                f"run {i} {who:<4}: {row['tgt_tokens_per_s']:7.0f} tgt tok/s  "
+                f"{row['tgt_tokens_per_cpu_s']:6.0f} per CPU-s  loss@"
+                f"{row['final_step']} {row['final_loss']:.3f}  "
+                f"{row['tgt_tokens_per_batch']:6.0f} tgt tok/batch  "
+                f"wall {row['wall_seconds']:5.1f}s  load {load:.2f}",
+                flush=True,
+            )
+    load_after = os.getloadavg()
+
+    med = {
+        who: {
+            "tgt_tokens_per_s": statistics.median(r["tgt_tokens_per_s"] for r in rows),
+            "tgt_tokens_per_cpu_s": statistics.median(r["tgt_tokens_per_cpu_s"] for r in rows),
+            "final_loss": statistics.median(r["final_loss"] for r in rows),
+            "tgt_tokens_per_batch": statistics.median(r["tgt_tokens_per_batch"] for r in rows),
+        }
+        for who, rows in results.items()
+    }
+    ratio = med["ours"]["tgt_tokens_per_s"] / med["peer"]["tgt_tokens_per_s"]
+    cpu_ratio = med["ours"]["tgt_tokens_per_cpu_s"] / med["peer"]["tgt_tokens_per_cpu_s"]
+    peer = peer_version(args.peer_venv)
+    print(f"\nmedian of {args.runs} runs, {args.steps} updates of {args.max_tokens} tokens, "
+          f"{args.threads} threads; peer {peer}")  # fmt: skip
+    print(f"{'':<6} {'tgt tok/s':>10} {'per CPU-s':>10} {'loss@' + str(args.steps):>10} "
+          f"{'tgt tok/batch':>14}")  # fmt: skip
+    for who in ("ours", "peer"):
+        m = med[who]
+        print(f"{who:<6} {m['tgt_tokens_per_s']:>10.0f} {m['tgt_tokens_per_cpu_s']:>10.0f} "
+              f"{m['final_loss']:>10.3f} {m['tgt_tokens_per_batch']:>14.0f}")  # fmt: skip
+    print(f"ratio ours / peer: {ratio:.2f}x tokens/s, {cpu_ratio:.2f}x tokens per CPU-second "
+          f"(load {load_before} -> {load_after})")  # fmt: skip
+
+    payload = {
+        "benchmark": "peer_training",
+        "peer": peer,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "vocab_size": data["vocab_size"],
+        "train_sentences": data["sentences"],
+        "loss": "label-smoothed (eps 0.1) cross-entropy per real target token, nats, last window",
+        "throughput": "median over log windows after the first of real target tokens/s "
+        "(wall) and per CPU-second of the training process (user + system, all threads)",
+        "runs": results,
+        "median": med,
+        "ratio_ours_over_peer": ratio,
+        "cpu_ratio_ours_over_peer": cpu_ratio,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
