@@ -181,6 +181,48 @@ class Throughput(Callback):
         return self.total_tokens["tgt"] / max(self.total_seconds, 1e-9)
 
 
+class _LossWindow:
+    """The training loss averaged over the optimizer updates since it was last taken; fed at
+    every batch end, it counts each update once (the micro-batches of an accumulation end
+    no update)."""
+
+    def __init__(self, step: int) -> None:
+        self._previous_step = step
+        self._sum, self._count = 0.0, 0
+
+    def update(self, trainer) -> bool:
+        """Add this update's loss; False when the batch ended no update."""
+        step = trainer.global_step
+        stepped, self._previous_step = step != self._previous_step, step
+        if stepped and "train/loss" in trainer.callback_metrics:
+            # a host float: logged from a host value
+            self._sum += float(trainer.callback_metrics["train/loss"])
+            self._count += 1
+        return stepped
+
+    def take(self) -> float | None:
+        """The mean since the last take (None without losses), and start a new window."""
+        mean = self._sum / self._count if self._count else None
+        self._sum, self._count = 0.0, 0
+        return mean
+
+
+def _due(step: int, every: int, max_steps: int) -> bool:
+    """A report every ``every`` updates and at the last one."""
+    return step % every == 0 or step == max_steps
+
+
+def measured_validation(trainer, pl_module) -> dict[str, float]:
+    """The values this validation measured: loss, perplexity and the BLEUs it computed (a BLEU
+    kept in ``callback_metrics`` from an earlier validation is stale, not measured now)."""
+    m = trainer.callback_metrics
+    return {
+        key: float(m[key])
+        for key in ("val/loss", "val/ppl", "val/bleu", "val/bleu_beam")
+        if key in m and (not key.startswith("val/bleu") or key in pl_module.measured_now)
+    }
+
+
 class LogLines(Callback):
     """One log line per ``log_every_steps`` updates, readable in a Snakemake log file (where a
     tqdm bar is not): step and percent of ``max_steps``, elapsed time and ETA, the training
@@ -189,24 +231,17 @@ class LogLines(Callback):
 
     def __init__(self, every: int, max_steps: int) -> None:
         self.every, self.max_steps = every, max_steps
-        self._previous_step = 0
 
     def on_train_start(self, trainer, pl_module) -> None:
-        self._previous_step = self._start_step = trainer.global_step
+        self._start_step = trainer.global_step
+        self._window = _LossWindow(trainer.global_step)
         self._started = time.monotonic()
-        self._loss_sum, self._loss_count = 0.0, 0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        stepped, self._previous_step = step != self._previous_step, step
-        if not stepped:
-            return  # a micro-batch of an accumulation
-        m = trainer.callback_metrics
-        if "train/loss" in m:
-            self._loss_sum += float(m["train/loss"])  # a host float: logged from a host value
-            self._loss_count += 1
-        if step % self.every and step != self.max_steps:
+        if not self._window.update(trainer) or not _due(step, self.every, self.max_steps):
             return
+        m = trainer.callback_metrics
         elapsed = time.monotonic() - self._started
         done = step - self._start_step
         eta = elapsed / done * (self.max_steps - step) if done else float("nan")
@@ -215,9 +250,9 @@ class LogLines(Callback):
             f"elapsed {_clock(elapsed)}",
             f"eta {_clock(eta)}",
         ]
-        if self._loss_count:
-            parts.append(f"loss {self._loss_sum / self._loss_count:.4f}")
-            self._loss_sum, self._loss_count = 0.0, 0
+        loss = self._window.take()
+        if loss is not None:
+            parts.append(f"loss {loss:.4f}")
         for key, fmt in (
             ("train/lr", "lr {:.3e}"),
             ("train/grad_norm", "grad_norm {:.3f}"),
@@ -231,7 +266,7 @@ class LogLines(Callback):
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
-        m = trainer.callback_metrics
+        measured = measured_validation(trainer, pl_module)
         parts = []
         for key, fmt in (
             ("val/loss", "loss {:.4f}"),
@@ -239,9 +274,8 @@ class LogLines(Callback):
             ("val/bleu", "greedy bleu {:.2f}"),
             ("val/bleu_beam", "beam bleu {:.2f}"),
         ):
-            # the BLEUs only when this validation measured them (not a stale value)
-            if key in m and (not key.startswith("val/bleu") or key in pl_module.measured_now):
-                parts.append(fmt.format(float(m[key])))
+            if key in measured:
+                parts.append(fmt.format(measured[key]))
         log.info("validation at step %d: %s", trainer.global_step, "  ".join(parts))
 
 
@@ -296,8 +330,8 @@ class MetricsHistory(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         from transformer_nmt import metrics_history as mh
 
-        self._previous_step = start = trainer.global_step
-        self._loss_sum, self._loss_count = 0.0, 0
+        start = trainer.global_step
+        self._window = _LossWindow(start)
         self._offset = 0.0
         self._started = time.monotonic()
         if not trainer.is_global_zero:
@@ -323,31 +357,23 @@ class MetricsHistory(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        stepped, self._previous_step = step != self._previous_step, step
-        if not stepped:
-            return  # a micro-batch of an accumulation
-        m = trainer.callback_metrics
-        if "train/loss" in m:
-            self._loss_sum += float(m["train/loss"])
-            self._loss_count += 1
-        if (step % self.every and step != self.max_steps) or not self._loss_count:
+        if not self._window.update(trainer) or not _due(step, self.every, self.max_steps):
             return
-        values = {"train_loss": self._loss_sum / self._loss_count}
+        loss = self._window.take()
+        if loss is None:
+            return
+        values = {"train_loss": loss}
+        m = trainer.callback_metrics
         if "train/lr" in m:
             values["lr"] = float(m["train/lr"])
-        self._loss_sum, self._loss_count = 0.0, 0
         if trainer.is_global_zero:
             self._append(trainer, values)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
-        m = trainer.callback_metrics
-        values = {}
-        for key in ("val/loss", "val/ppl", "val/bleu", "val/bleu_beam"):
-            # the BLEUs only when this validation measured them (not a stale value)
-            if key in m and (not key.startswith("val/bleu") or key in pl_module.measured_now):
-                values[key.replace("/", "_")] = float(m[key])
+        measured = measured_validation(trainer, pl_module)
+        values = {key.replace("/", "_"): value for key, value in measured.items()}
         if values:
             self._append(trainer, values)
 
