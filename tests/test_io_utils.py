@@ -8,7 +8,8 @@ import stat
 
 import pytest
 
-from transformer_nmt.io_utils import atomic_open, write_json
+from transformer_nmt.errors import DataError
+from transformer_nmt.io_utils import atomic_open, read_json, write_json
 
 
 def test_failed_write_leaves_neither_target_nor_temp_file(tmp_path) -> None:
@@ -60,3 +61,19 @@ def test_stream_line_batches_split_on_newline_only_and_hand_over_on_pause() -> N
     assert list(fallback) == [["x", "y"], ["z"]]
     with pytest.raises(DataError, match=r"^<stdin>:3: invalid UTF-8"):
         list(stream_line_batches(io.BytesIO(b"ok\nok\n\xc3(\n"), max_lines=10))
+
+
+def test_read_json_names_the_file_for_each_kind_of_bad_input(tmp_path) -> None:
+    good = tmp_path / "good.json"
+    write_json(good, {"a": [1, 2]})
+    assert read_json(good) == {"a": [1, 2]}
+    with pytest.raises(DataError, match=r"missing\.json: file not found \(train first\)$"):
+        read_json(tmp_path / "missing.json", missing="train first")
+    (tmp_path / "bad.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(DataError, match=r"bad\.json: not valid JSON"):
+        read_json(tmp_path / "bad.json")
+    (tmp_path / "latin1.json").write_bytes(b'{"a": "\xe9"}')
+    with pytest.raises(DataError, match=r"latin1\.json: not valid JSON"):
+        read_json(tmp_path / "latin1.json")
+    with pytest.raises(DataError, match=r": cannot be read"):
+        read_json(tmp_path)  # a directory

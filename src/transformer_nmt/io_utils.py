@@ -100,6 +100,19 @@ def write_json(target: str | os.PathLike[str], payload: Any) -> None:
         handle.write("\n")
 
 
+def read_json(path: str | os.PathLike[str], missing: str = "") -> Any:
+    """The JSON value in ``path``; ``DataError`` naming the file when it is missing (with the
+    hint ``missing``), unreadable or not JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found{f' ({missing})' if missing else ''}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: not valid JSON ({err})") from None
+    except OSError as err:
+        raise DataError(f"{path}: cannot be read ({err.strerror or err})") from None
+
+
 def read_lines(path: str | os.PathLike[str]) -> list[str]:
     """Read a UTF-8 text file as a list of lines without their line endings.
 

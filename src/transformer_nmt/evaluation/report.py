@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from transformer_nmt.errors import DataError
+from transformer_nmt.io_utils import read_json
 
 if TYPE_CHECKING:
     from transformer_nmt.evaluation.figures import ReportFigures
@@ -71,12 +72,7 @@ def load_row(path: str | Path, experiments: Mapping[str, Mapping[str, Any]]) -> 
     path = Path(path)
     if not path.name.endswith(SCORES_SUFFIX):
         raise DataError(f"{path}: a scores file must be named <test_set>{SCORES_SUFFIX}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise DataError(f"{path}: file not found") from err
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise DataError(f"{path}: not valid JSON ({err})") from err
+    data = read_json(path)
     if not isinstance(data, dict):
         raise DataError(f"{path}: expected a JSON object")
     experiment = path.parent.name
@@ -210,10 +206,7 @@ def known_experiments(
         name = path.parent.name
         record = path.parent / EXPERIMENT_FILE
         if name not in experiments and name not in known and record.is_file():
-            try:
-                known[name] = json.loads(record.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as err:
-                raise DataError(f"{record}: not valid JSON ({err})") from err
+            known[name] = read_json(record)
     return {**known, **experiments}
 
 
@@ -228,10 +221,7 @@ def build_report(
     for path in paths:
         selection = path.parent / SELECTION_FILE
         if selection.is_file():
-            try:
-                selections[path.parent.name] = json.loads(selection.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as err:
-                raise DataError(f"{selection}: not valid JSON ({err})") from err
+            selections[path.parent.name] = read_json(selection)
     seen: dict[tuple[str, str], ReportRow] = {}
     for row in rows:
         key = (row.experiment, row.test_set)

@@ -12,7 +12,6 @@ shows the mean over its runs (± the sample standard deviation).
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer_nmt.errors import DataError
+from transformer_nmt.io_utils import read_json
 from transformer_nmt.model.config import TABLE3
 
 SUMMARY_FILE = "train_summary.json"
@@ -40,12 +40,7 @@ class RunDev:
 def read_run_dev(run_dir: str | Path) -> RunDev:
     """``<run_dir>/train_summary.json`` -> RunDev; DataError naming the file and key."""
     path = Path(run_dir) / SUMMARY_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise DataError(f"{path}: file not found (the run has not finished training)") from err
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise DataError(f"{path}: not valid JSON ({err})") from err
+    data = read_json(path, missing="the run has not finished training")
     for key in ("model_config", "vocab", "metrics"):
         if not isinstance(data.get(key), dict):
             raise DataError(f"{path}: missing key '{key}' (not a summary written by 'train')")
