@@ -6,17 +6,23 @@ batch holds ``max_tokens // L`` sentence pairs of length L on each side. The ste
 backward, Adam (§5.3) and the LR schedule.
 
 On CPU: fp32, presets ``tiny`` (Multi30k-like: 8k vocabulary, L=16) and ``base`` (WMT-like: 37k
-vocabulary, L=28). On CUDA additionally ``base`` and ``big`` in bf16 autocast, with peak memory
-and model FLOPs utilisation:
+vocabulary, L=28); with ``--cpu-bf16`` also in bf16 autocast (the lever for CPUs with
+AVX512-BF16 or AMX; elsewhere oneDNN emulates bf16 and it is slower). On CUDA additionally
+``base`` and ``big`` in bf16 autocast, with peak memory. Every row gives the model FLOPs
+utilisation:
 
-    MFU = model FLOPs per second / peak bf16 FLOPs of the GPU,
+    MFU = model FLOPs per second / peak FLOPs of the device,
     model FLOPs per step = 6 x (encoder params x source tokens + decoder params x target tokens
                                 + d_model x V x target tokens [pre-softmax projection])
                            + attention 12 x (S^2 + T^2 + T x S) x h x d_k x N x B
 
 (the 6 = 2 forward + 4 backward per multiply-add; attention scores and weighted sums counted
-in full, causal masking not subtracted). Peak: ``--peak-tflops`` or 989 TFLOP/s for H100/H200
-SXM dense bf16.
+in full, causal masking not subtracted). GPU peak: ``--peak-tflops`` or 989 TFLOP/s for
+H100/H200 SXM dense bf16. CPU peak: no data sheet number fits a shared VM's vCPUs, so the
+script measures it: the best of several timed ``torch.mm`` of 2048 x 2048 matrices in the
+row's dtype with the same threads, i.e. what this machine's GEMM library reaches at best. A CPU
+MFU near 100 % means the step is bound by the GEMMs' arithmetic, and no reordering of the same
+FLOPs (in any toolkit) can run it much faster at that precision.
 
 Usage: ``python benchmarks/bench_training.py [--steps 5] [--presets tiny base]``; prints a table
 and writes ``benchmarks/out/training.json``.
@@ -58,6 +64,18 @@ def model_flops_per_step(model: Transformer, batch: int, src_len: int, tgt_len: 
     pairs = src_len**2 + tgt_len**2 + tgt_len * src_len
     attention = 12 * pairs * cfg.h * cfg.d_k * cfg.N * batch
     return float(dense + attention)
+
+
+def measure_gemm_tflops(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
+    """The best TFLOP/s of an n x n x n ``torch.mm`` in ``dtype`` on the CPU (current threads)."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    torch.mm(a, b)  # warm-up: packing buffers, thread pool
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e12
 
 
 def make_step(
@@ -134,13 +152,22 @@ def bench(
         "steps": steps,
     }
     if device == "cuda":
-        flops = model_flops_per_step(model, batch, length, length)
         row["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
-        row["model_tflops_per_s"] = flops / seconds / 1e12
-        if peak_tflops:
-            row["peak_tflops"] = peak_tflops
-            row["mfu"] = flops / seconds / (peak_tflops * 1e12)
+    flops = model_flops_per_step(model, batch, length, length)
+    row["model_tflops_per_s"] = flops / seconds / 1e12
+    if peak_tflops:
+        row["peak_tflops"] = peak_tflops
+        row["mfu"] = flops / seconds / (peak_tflops * 1e12)
     return row
+
+
+def cpu_has_bf16() -> bool | None:
+    """Whether the CPU has native bf16 arithmetic (AVX512-BF16 or AMX), from /proc/cpuinfo."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return None
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def detect_peak_tflops() -> float | None:
@@ -166,6 +193,9 @@ def main() -> None:
         help="GPU peak dense bf16 TFLOP/s (default: 989.4 for H100/H200, 312 for A100)",
     )
     parser.add_argument("--skip-cpu", action="store_true")
+    parser.add_argument(
+        "--cpu-bf16", action="store_true", help="also run the CPU presets in bf16 autocast"
+    )
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument(
         "--threads",
@@ -181,20 +211,24 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]  # other processes on the machine skew CPU numbers
     rows = []
+    cpu_peaks = {}
     if not args.skip_cpu:
-        for preset in args.presets:
-            rows.append(
-                bench(
-                    preset,
-                    device="cpu",
-                    bf16=False,
-                    max_tokens=args.cpu_max_tokens,
-                    steps=args.steps,
-                    warmup_steps=1,
-                    peak_tflops=None,
-                    compile_model=args.compile,
+        for bf16 in (False, True) if args.cpu_bf16 else (False,):
+            dtype = torch.bfloat16 if bf16 else torch.float32
+            cpu_peaks[str(dtype)] = measure_gemm_tflops(dtype)
+            for preset in args.presets:
+                rows.append(
+                    bench(
+                        preset,
+                        device="cpu",
+                        bf16=bf16,
+                        max_tokens=args.cpu_max_tokens,
+                        steps=args.steps,
+                        warmup_steps=1,
+                        peak_tflops=cpu_peaks[str(dtype)],
+                        compile_model=args.compile,
+                    )
                 )
-            )
     if torch.cuda.is_available():
         peak = args.peak_tflops or detect_peak_tflops()
         for preset in args.gpu_presets:
@@ -212,7 +246,7 @@ def main() -> None:
             )
 
     header = f"{'preset':<6} {'device':<6} {'precision':<10} {'batch':>6} {'s/step':>8} "
-    header += f"{'tgt tok/s':>11} {'peak GiB':>9} {'MFU':>6}"
+    header += f"{'tgt tok/s':>11} {'TFLOP/s':>8} {'peak GiB':>9} {'MFU':>6}"
     print(header)
     for r in rows:
         mem = f"{r['peak_memory_gib']:.2f}" if "peak_memory_gib" in r else "-"
@@ -220,7 +254,12 @@ def main() -> None:
         print(
             f"{r['preset']:<6} {r['device']:<6} {r['precision']:<10} "
             f"{r['tgt_tokens_per_step']:>6} {r['seconds_per_step']:>8.3f} "
-            f"{r['tgt_tokens_per_s']:>11.0f} {mem:>9} {mfu:>6}"
+            f"{r['tgt_tokens_per_s']:>11.0f} {r['model_tflops_per_s']:>8.3f} {mem:>9} {mfu:>6}"
+        )
+    for dtype, peak in cpu_peaks.items():
+        print(
+            f"CPU peak (measured {dtype} GEMM, 2048^3, {torch.get_num_threads()} threads): "
+            f"{peak:.3f} TFLOP/s"
         )
     out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -231,6 +270,8 @@ def main() -> None:
         "cpu_count": os.cpu_count(),
         "load_average_1min": [load_before, os.getloadavg()[0]],
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "cpu_peak_tflops_measured": cpu_peaks,
+        "cpu_flags_bf16": cpu_has_bf16(),
     }
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     print(f"1-min load average before/after: {load_before:.2f} / {os.getloadavg()[0]:.2f}")
