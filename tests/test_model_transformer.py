@@ -132,6 +132,29 @@ def test_cache_reorder_selects_rows():
     torch.testing.assert_close(logits, full[:, 2], rtol=0, atol=1e-12)
 
 
+def test_reorder_within_one_source_keeps_the_source_tensors_and_equals_a_full_reorder():
+    # Beam search: K rows per sentence with the same source; a beam moves only among them.
+    model = make_model()
+    src, _ = random_batch()
+    k = 2
+    enc = model.encode(src).index_select(torch.arange(3).repeat_interleave(k))  # [3K, S]
+    tgt = torch.randint(4, V, (3 * k, 3), generator=torch.Generator().manual_seed(5))
+    tgt[:, 0] = BOS
+    within, full = model.init_state(enc), model.init_state(enc)
+    for t in range(2):
+        model.decode_step(tgt[:, t], within)
+        model.decode_step(tgt[:, t], full)
+    index = torch.tensor([1, 1, 2, 3, 5, 4])  # every row stays among its sentence's rows
+    cross_k = [layer.cross_k for layer in within.layers]
+    within.reorder(index, same_source=True)
+    full.reorder(index)
+    assert all(a is layer.cross_k for a, layer in zip(cross_k, within.layers, strict=True))
+    logits_within, _ = model.decode_step(tgt[index, 2], within)
+    logits_full, _ = model.decode_step(tgt[index, 2], full)
+    # equal up to rounding: a GEMM may round equal input rows differently by their position
+    torch.testing.assert_close(logits_within, logits_full, rtol=0, atol=1e-12)
+
+
 def test_embeddings_shared_scaled_and_initialised():
     torch.manual_seed(0)
     cfg = apply_overrides(get_preset("tiny"), ["N=1", "d_model=64", "d_ff=64", "h=2", "d_k=8"])

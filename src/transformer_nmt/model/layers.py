@@ -118,10 +118,13 @@ class LayerCache:
             buffer[:, :, : self.length] = old[:, :, : self.length]
         return buffer
 
-    def reorder(self, index: torch.Tensor) -> None:
-        """Select rows ``index`` along the batch dimension (beam reordering, batch shrinking)."""
-        self.cross_k = self.cross_k.index_select(0, index)
-        self.cross_v = self.cross_v.index_select(0, index)
+    def reorder(self, index: torch.Tensor, same_source: bool = False) -> None:
+        """Select rows ``index`` along the batch dimension (beam reordering, batch shrinking).
+        ``same_source``: every row moves within rows of one source sentence, whose cross-attention
+        keys/values are equal, so they are not copied (DecoderState.reorder)."""
+        if not same_source:
+            self.cross_k = self.cross_k.index_select(0, index)
+            self.cross_v = self.cross_v.index_select(0, index)
         if self._k is not None:
             self._k = self._k.index_select(0, index)
             self._v = self._v.index_select(0, index)

@@ -71,11 +71,15 @@ class DecoderState:
     cross_attn_mask: torch.Tensor | None  # [B, 1, 1, S]; None: no source padding
     step: int = 0
 
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep rows ``index`` (long [B']) of every cached tensor, in that order."""
+    def reorder(self, index: torch.Tensor, same_source: bool = False) -> None:
+        """Keep rows ``index`` (long [B']) of every cached tensor, in that order.
+
+        ``same_source``: each new row comes from a row of the same source sentence (a beam
+        reordered within its sentence), so the source-side tensors, equal on those rows, stay.
+        """
         for layer in self.layers:
-            layer.reorder(index)
-        if self.cross_attn_mask is not None:
+            layer.reorder(index, same_source)
+        if self.cross_attn_mask is not None and not same_source:
             self.cross_attn_mask = self.cross_attn_mask.index_select(0, index)
 
     @property

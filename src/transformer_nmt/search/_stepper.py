@@ -62,12 +62,14 @@ class Stepper:
             logits = logits.float()
         return F.log_softmax(logits, dim=-1), attn
 
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep hypotheses ``index`` [N'] (beam reordering and dropping finished sentences)."""
+    def reorder(self, index: torch.Tensor, same_source: bool = False) -> None:
+        """Keep hypotheses ``index`` [N'] (beam reordering and dropping finished sentences);
+        ``same_source``: each row moves within its sentence's rows (DecoderState.reorder)."""
         if self.state is not None:
-            self.state.reorder(index)
+            self.state.reorder(index, same_source)
         else:
-            self.enc = self.enc.index_select(index)
+            if not same_source:
+                self.enc = self.enc.index_select(index)
             if self.prefix is not None:
                 self.prefix = self.prefix.index_select(0, index)
 

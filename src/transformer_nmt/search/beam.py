@@ -153,7 +153,7 @@ def beam_search(
                     if attn_hist is None
                     else torch.cat([attn_hist[parent], new_attn], dim=1)
                 )
-            stepper.reorder(parent)
+            stepper.reorder(parent, same_source=True)  # parents are beams of the same sentence
             last = new_tok.view(-1)
             step += 1
 
