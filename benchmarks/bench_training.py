@@ -43,6 +43,7 @@ import torch
 from transformer_nmt.model.config import get_preset
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.training.objective import (
+    FUSED_ADAM_DEVICES,
     build_optimizer,
     build_scheduler,
     label_smoothed_cross_entropy,
@@ -86,7 +87,7 @@ def make_step(
     cfg = get_preset(preset)
     torch.manual_seed(0)
     model = Transformer(cfg, vocab_size=vocab, pad_id=0).to(device).train()
-    optimizer = build_optimizer(model.parameters(), fused=device == "cuda" or None)
+    optimizer = build_optimizer(model.parameters(), fused=device in FUSED_ADAM_DEVICES or None)
     scheduler = build_scheduler(optimizer, d_model=cfg.d_model, warmup=4000)
     batch = max(1, max_tokens // length)
     src = torch.randint(4, vocab, (batch, length), device=device)

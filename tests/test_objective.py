@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_nmt.training.objective import (
+    FUSED_ADAM_DEVICES,
     build_optimizer,
     build_scheduler,
     chunked_label_smoothed_cross_entropy,
@@ -135,3 +136,26 @@ def test_chunked_loss_and_gradients_equal_the_full_logits(chunk_tokens):
     assert torch.count_nonzero(grad_hidden[2, 1:]) == 0 and torch.count_nonzero(grad_hidden[0]) > 0
     with pytest.raises(ValueError, match="chunk_tokens"):
         chunked_label_smoothed_cross_entropy(hidden, project, target, chunk_tokens=0)
+
+
+def test_fused_adam_on_cpu_makes_the_same_updates_as_the_default_path():
+    # FUSED_ADAM_DEVICES includes the CPU: its kernel must be the paper's Adam to rounding.
+    assert "cpu" in FUSED_ADAM_DEVICES
+    torch.manual_seed(0)
+    shapes = [(64, 32), (32,), (7, 5, 3)]
+    start = [torch.randn(s) for s in shapes]
+    grads = [[torch.randn(s) for s in shapes] for _ in range(6)]
+    finals = {}
+    for fused in (None, True):
+        params = [torch.nn.Parameter(p.clone()) for p in start]
+        optimizer = build_optimizer(params, fused=fused)
+        scheduler = build_scheduler(optimizer, d_model=32, warmup=4)
+        for step_grads in grads:
+            for p, g in zip(params, step_grads, strict=True):
+                p.grad = g.clone()
+            optimizer.step()
+            scheduler.step()
+        finals[fused] = params
+    for a, b, s in zip(finals[None], finals[True], start, strict=True):
+        assert not torch.equal(a, s)  # the parameters moved
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

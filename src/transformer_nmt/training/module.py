@@ -26,6 +26,7 @@ from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.training.config import TrainConfig, learning_fingerprint, learning_settings
 from transformer_nmt.training.objective import (
+    FUSED_ADAM_DEVICES,
     build_optimizer,
     build_scheduler,
     chunked_label_smoothed_cross_entropy,
@@ -246,12 +247,12 @@ class TranslationModule(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         cfg = self.train_cfg
-        # Lightning has moved the model to its device by now: fused Adam on GPUs (speed only).
+        # Lightning has moved the model to its device by now: fused Adam where torch has it.
         optimizer = build_optimizer(
             self.parameters(),
             betas=tuple(cfg.adam_betas),
             eps=cfg.adam_eps,
-            fused=True if self.device.type == "cuda" else None,
+            fused=True if self.device.type in FUSED_ADAM_DEVICES else None,
         )
         scheduler = build_scheduler(
             optimizer, d_model=self.cfg.d_model, warmup=cfg.warmup, scale=cfg.lr_scale
