@@ -52,6 +52,7 @@ from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer_nmt.io_utils import read_lines, write_json
 from transformer_nmt.model.positional import sinusoidal_encoding
 from transformer_nmt.search import SearchSettings
+from transformer_nmt.search.settings import EARLY_STOP
 from transformer_nmt.translation import Translator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -233,6 +234,12 @@ def main() -> int:
     parser.add_argument("--beam", type=int, default=SearchSettings.beam)
     parser.add_argument("--alpha", type=float, default=SearchSettings.alpha)
     parser.add_argument("--max-len-b", type=int, default=SearchSettings.max_len_b)
+    parser.add_argument(
+        "--early-stop",
+        choices=EARLY_STOP,
+        default="exact",
+        help="our beam search's stopping rule (best = the peer's rule; docs: search.beam)",
+    )
     parser.add_argument("--max-tokens", type=int, default=4096, help="source tokens per batch")
     parser.add_argument("--peer-venv", type=Path, default=REPO / "benchmarks" / ".venv-peer-eole")
     parser.add_argument("--out", type=Path, default=OUT)
@@ -246,7 +253,11 @@ def main() -> int:
         lines = lines[: args.sentences]
         refs = refs[: args.sentences] if refs else None
     settings = SearchSettings(
-        beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens
+        beam=args.beam,
+        alpha=args.alpha,
+        max_len_b=args.max_len_b,
+        max_tokens=args.max_tokens,
+        early_stop=args.early_stop,
     )
     translator = Translator(args.model, args.spm_model, settings=settings)
     config = dict(translator.meta["model_config"])

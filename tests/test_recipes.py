@@ -277,3 +277,21 @@ def test_configs_are_accepted_by_the_stages_themselves(path: Path) -> None:
         )
         if exp["preset"] == "big":
             assert (model.N, model.d_model, model.d_ff, model.h) == (6, 1024, 4096, 16)
+
+
+def test_search_flags_carry_early_stop_only_when_set() -> None:
+    # unset (every recipe): the translate command line is unchanged, so nothing re-runs
+    config = _load(DEFAULT)
+    (name,) = config["experiments"]
+    flags = _pipeline_module().Pipeline(config, REPO_ROOT).search_flags(name)
+    assert flags == "--beam 4 --alpha 0.6 --max-len-b 50 --max-tokens 4096"
+    config["experiments"][name]["translate"]["early_stop"] = "best"
+    flags = _pipeline_module().Pipeline(config, REPO_ROOT).search_flags(name)
+    assert flags.endswith("--max-tokens 4096 --early-stop best")
+    import snakemake.utils
+
+    schema = str(REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml")
+    snakemake.utils.validate(config, schema)  # "best" is a valid value
+    config["experiments"][name]["translate"]["early_stop"] = "soon"
+    with pytest.raises(Exception, match="soon"):
+        snakemake.utils.validate(config, schema)

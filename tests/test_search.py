@@ -7,8 +7,15 @@ import itertools
 import pytest
 import torch
 
+from transformer_nmt.errors import ConfigError
 from transformer_nmt.model import Transformer, apply_overrides, get_preset
-from transformer_nmt.search import Hypothesis, beam_search, greedy_search, length_penalty
+from transformer_nmt.search import (
+    Hypothesis,
+    SearchSettings,
+    beam_search,
+    greedy_search,
+    length_penalty,
+)
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 IDS = {"bos_id": BOS, "eos_id": EOS, "pad_id": PAD}
@@ -183,3 +190,49 @@ def test_search_restores_training_mode_and_checks_arguments():
     with pytest.raises(ValueError, match="beam_size"):
         beam_search(model, src, beam_size=0, **IDS)
     assert beam_search(model, src[:0], **IDS) == [] and greedy_search(model, src[:0], **IDS) == []
+
+
+def count_decoded_rows(model: Transformer) -> list[int]:
+    """Record the rows (live hypotheses) of every cached decoder step of ``model``."""
+    rows: list[int] = []
+    step = model.decode_step
+
+    def counting(tokens, *args, **kwargs):
+        rows.append(tokens.shape[0])
+        return step(tokens, *args, **kwargs)
+
+    model.decode_step = counting
+    return rows
+
+
+def test_best_early_stop_decodes_less_and_never_finds_a_better_hypothesis():
+    """early_stop="best" (OpenNMT-py/eole, CTranslate2) follows the same beams as "exact" and
+    stops a sentence sooner: its winner is among exact's finished hypotheses, so it never scores
+    higher than exact's, and beam 1 is still greedy search."""
+    fewer = 0
+    for seed in range(4):
+        model = make_model(15, eos_bias=1.0, seed=seed)
+        src = sources(15, seed=seed)
+        rows = count_decoded_rows(model)
+        kwargs = {"beam_size": 4, "alpha": 0.6, "max_len_b": 8, **IDS}
+        exact = beam_search(model, src, early_stop="exact", **kwargs)
+        exact_rows, rows[:] = sum(rows), []
+        best = beam_search(model, src, early_stop="best", **kwargs)
+        best_rows = sum(rows)
+        assert best_rows <= exact_rows
+        fewer += best_rows < exact_rows
+        for i, (e, b) in enumerate(zip(exact, best, strict=True)):
+            assert b[0].score <= e[0].score + 1e-12
+            assert b[0].score == pytest.approx(
+                sequence_log_prob(model, src[i], b[0].tokens)
+                / length_penalty(len(b[0].tokens) + 1, 0.6),
+                abs=1e-9,
+            )
+        greedy = greedy_search(model, src, max_len_b=8, **IDS)
+        beam1 = beam_search(model, src, beam_size=1, max_len_b=8, early_stop="best", **IDS)
+        assert [hyps[0].tokens for hyps in beam1] == greedy
+    assert fewer > 0  # the rule did stop some searches sooner
+    with pytest.raises(ValueError, match="early_stop"):
+        beam_search(model, src, early_stop="soon", **IDS)
+    with pytest.raises(ConfigError, match="--early-stop"):
+        SearchSettings(early_stop="soon")

@@ -20,6 +20,7 @@ from transformer_nmt.cli import main
 from transformer_nmt.data.spm import train_spm
 from transformer_nmt.data.vocab import PAD_ID, load_vocab_info
 from transformer_nmt.errors import CheckpointError, ConfigError
+from transformer_nmt.io_utils import read_lines
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.progress import Progress
@@ -419,3 +420,29 @@ def test_cli_print_attention_and_alignment(assets: dict[str, Path], tmp_path: Pa
     bad = tmp_path / "bad.txt"
     assert main([*common, "--output", str(bad), "--print-attention", "--nbest", "2"]) == 2
     assert not bad.exists()
+
+
+def test_cli_early_stop_reaches_the_search(
+    assets: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[str] = []
+    search = translation.beam_search
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs["early_stop"])
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(translation, "beam_search", recording)
+    src = tmp_path / "src.txt"
+    src.write_text("ein hund\nspielt im park\n", encoding="utf-8")
+    args = ["translate", "--model", str(assets["model"]), "--spm-model", str(assets["spm"]),
+            "--input", str(src), "--beam", "2", "--max-len-b", "5"]  # fmt: skip
+    for rule in ("best", "exact"):
+        seen.clear()
+        out = tmp_path / f"{rule}.hyp"
+        assert main([*args, "--early-stop", rule, "--output", str(out)]) == 0
+        assert seen and set(seen) == {rule}
+        expected = Translator(
+            assets["model"], assets["spm"], SearchSettings(beam=2, max_len_b=5, early_stop=rule)
+        )
+        assert read_lines(out) == expected.translate(["ein hund", "spielt im park"])

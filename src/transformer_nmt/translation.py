@@ -213,7 +213,7 @@ class Translator:
         s = self.settings
         return beam_search(
             self.model, src, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID, beam_size=s.beam,
-            alpha=s.alpha, max_len_b=s.max_len_b, nbest=s.nbest,
+            alpha=s.alpha, max_len_b=s.max_len_b, nbest=s.nbest, early_stop=s.early_stop,
         )  # fmt: skip
 
     def pieces(self, ids: Iterable[int]) -> list[str]:

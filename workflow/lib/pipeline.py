@@ -423,10 +423,14 @@ class Pipeline:
     def search_flags(self, name: str) -> str:
         """The experiment's §6.1 search settings as the stages' flags."""
         search = self.experiment(name)["translate"]
-        return (
+        flags = (
             f"--beam {search['beam']} --alpha {search['alpha']}"
             f" --max-len-b {search['max_len_b']} --max-tokens {search['max_tokens']}"
         )
+        # only when set: an unchanged command line does not re-run existing translations
+        if search.get("early_stop", "exact") != "exact":
+            flags += f" --early-stop {search['early_stop']}"
+        return flags
 
     def attention_map_lines(self) -> list[int]:
         """Lines 1..N (``attention_map_sentences``, default 3) of each experiment's first test

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TextIO
 from transformer_nmt import tracking
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.io_utils import atomic_open, read_lines, stream_line_batches
-from transformer_nmt.search.settings import SearchSettings
+from transformer_nmt.search.settings import EARLY_STOP, SearchSettings
 
 if TYPE_CHECKING:
     from transformer_nmt.progress import Progress
@@ -59,12 +59,20 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.max_tokens,
         help=f"source tokens per batch, with padding ({defaults.max_tokens})",
     )
+    parser.add_argument(
+        "--early-stop",
+        choices=EARLY_STOP,
+        default=defaults.early_stop,
+        help="when a sentence's beam search stops: exact = once no live hypothesis can still "
+        "win (default); best = once a step's best candidate ends, as OpenNMT-py/eole and "
+        "CTranslate2 (faster; may miss a longer hypothesis the length penalty prefers)",
+    )
 
 
 def search_settings(args: argparse.Namespace) -> SearchSettings:
     return SearchSettings(
         beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
-        nbest=getattr(args, "nbest", 1),
+        nbest=getattr(args, "nbest", 1), early_stop=args.early_stop,
     )  # fmt: skip
 
 

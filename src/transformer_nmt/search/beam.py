@@ -12,6 +12,10 @@ A sentence is done when (a) it has K finished hypotheses (the beam is used up; t
 makes ``beam_size=1`` identical to greedy search), or (b) early stopping: it has ``nbest``
 finished hypotheses and no live one can still beat the worst of them, or (c) every hypothesis
 reached the maximum length ``len(source) + max_len_b`` tokens, where EOS is forced.
+With ``early_stop="best"`` (a speed flag; the default "exact" is the rule above) (b) becomes
+the heuristic of OpenNMT-py/eole and CTranslate2: the sentence is done once it has ``nbest``
+finished hypotheses and the best candidate of a step ends in EOS. It decodes fewer steps, and
+may miss a longer hypothesis that the length penalty would have ranked first.
 
 The bound in (b) is exact for the length-penalised objective: log-probabilities only decrease as
 tokens are added, so a live hypothesis with log-probability s <= 0 can finish with at best
@@ -33,7 +37,7 @@ import torch
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.search._stepper import Stepper, eval_mode, restrict_
 from transformer_nmt.search.length_penalty import length_penalty
-from transformer_nmt.search.settings import SearchSettings
+from transformer_nmt.search.settings import EARLY_STOP, SearchSettings
 
 
 @dataclass
@@ -63,6 +67,7 @@ def beam_search(
     use_cache: bool = True,
     return_attention: bool = False,
     min_len: int = 0,
+    early_stop: str = SearchSettings.early_stop,
 ) -> list[list[Hypothesis]]:
     """Beam-search ``src`` [B, S] (padded with ``pad_id``); returns, in input order, each
     sentence's ``nbest`` best finished hypotheses, best first.
@@ -73,6 +78,8 @@ def beam_search(
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     if not 1 <= nbest <= beam_size:
         raise ValueError(f"nbest must be between 1 and beam_size={beam_size}, got {nbest}")
+    if early_stop not in EARLY_STOP:
+        raise ValueError(f"early_stop must be one of {EARLY_STOP}, got {early_stop!r}")
     batch, k = src.shape[0], beam_size
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     if batch == 0:
@@ -159,9 +166,12 @@ def beam_search(
 
             # Which sentences are done? (a) K finished, (b) early stopping, (c) maximum length.
             best_live = scores.max(dim=1).values.tolist()  # [n]
+            best_ended = ends[:, 0].tolist() if early_stop == "best" else [False] * n  # [n]
             keep = []
             for i, b in enumerate(active):
                 done_b = len(finished[b]) >= k or step > max_len[b] or best_live[i] == neg_inf
+                if not done_b and len(finished[b]) >= nbest and best_ended[i]:
+                    done_b = True  # early_stop="best": this step's best candidate ended
                 if not done_b and len(finished[b]) >= nbest:
                     worst_nbest = sorted(h.score for h in finished[b])[-nbest]
                     lp_max = max(

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from transformer_nmt.errors import ConfigError
 
+EARLY_STOP = ("exact", "best")  # search.beam's stopping rules
+
 
 @dataclass(frozen=True)
 class SearchSettings:
@@ -17,6 +19,9 @@ class SearchSettings:
     max_len_b: int = 50
     nbest: int = 1
     max_tokens: int = 4096  # source tokens per batch, counting padding and the EOS
+    # When a sentence's beam search stops (search.beam): "exact" (no live hypothesis can
+    # still win) or "best" (its best candidate of a step ended: OpenNMT-py/eole, CTranslate2).
+    early_stop: str = "exact"
 
     def __post_init__(self) -> None:
         if self.beam < 1:
@@ -29,3 +34,7 @@ class SearchSettings:
             raise ConfigError(f"--max-len-b must be >= 0, got {self.max_len_b}")
         if self.max_tokens < 1:
             raise ConfigError(f"--max-tokens must be >= 1, got {self.max_tokens}")
+        if self.early_stop not in EARLY_STOP:
+            raise ConfigError(
+                f"--early-stop must be one of {list(EARLY_STOP)}, got {self.early_stop!r}"
+            )
