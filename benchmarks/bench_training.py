@@ -260,7 +260,7 @@ def main() -> None:
     for dtype, peak in cpu_peaks.items():
         print(
             f"CPU peak (measured {dtype} GEMM, 2048^3, {torch.get_num_threads()} threads): "
-            f"{peak:.3f} TFLOP/s"
+            f"{peak:.4g} TFLOP/s"
         )
     out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
