@@ -35,8 +35,8 @@ STDIN_BATCH = 256  # lines: enough for full token batches, small enough to answe
 
 
 def add_search_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--beam --alpha --max-len-b --max-tokens`` with the §6.1 defaults (``SearchSettings``);
-    ``search_settings(args)`` reads them back."""
+    """``--beam --alpha --max-len-b --max-tokens --early-stop`` with the §6.1 defaults
+    (``SearchSettings``); ``search_settings(args)`` reads them back."""
     defaults = SearchSettings()  # §6.1: the one source of the search defaults
     parser.add_argument(
         "--beam", type=int, default=defaults.beam, help=f"§6.1 beam size ({defaults.beam})"
@@ -65,7 +65,8 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.early_stop,
         help="when a sentence's beam search stops: exact = once no live hypothesis can still "
         "win (default); best = once a step's best candidate ends, as OpenNMT-py/eole and "
-        "CTranslate2 (faster; may miss a longer hypothesis the length penalty prefers)",
+        "CTranslate2 (faster; may miss a longer hypothesis the length penalty prefers; "
+        "--engine ctranslate2 always stops this way)",
     )
 
 
