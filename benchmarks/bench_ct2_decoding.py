@@ -34,10 +34,9 @@ from pathlib import Path
 import torch
 
 from transformer_nmt.checkpoints import save_model_file
+from transformer_nmt.cli.translate import add_search_arguments, search_settings
 from transformer_nmt.ct2 import Ct2Translator, export_ct2, import_ctranslate2
 from transformer_nmt.io_utils import read_lines, write_json
-from transformer_nmt.search import SearchSettings
-from transformer_nmt.search.settings import EARLY_STOP
 from transformer_nmt.translation import Translator
 
 OUT = Path(__file__).resolve().parent / "out" / "ct2_decoding.json"
@@ -87,29 +86,13 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=200, help="first N sentences (200)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per engine (median)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    defaults = SearchSettings()
-    parser.add_argument("--beam", type=int, default=defaults.beam)
-    parser.add_argument("--alpha", type=float, default=defaults.alpha)
-    parser.add_argument("--max-len-b", type=int, default=defaults.max_len_b)
-    parser.add_argument(
-        "--early-stop",
-        choices=EARLY_STOP,
-        default="exact",
-        help="our beam search's stopping rule (best = the peer's rule; docs: search.beam)",
-    )
-    parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
+    add_search_arguments(parser)  # translate's own flags and §6.1 defaults
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     if args.model is not None and (args.spm_model is None or args.source is None):
         parser.error("--model needs --spm-model and --source")
     ctranslate2 = import_ctranslate2()
-    settings = SearchSettings(
-        beam=args.beam,
-        alpha=args.alpha,
-        max_len_b=args.max_len_b,
-        max_tokens=args.max_tokens,
-        early_stop=args.early_stop,
-    )
+    settings = search_settings(args)
 
     with tempfile.TemporaryDirectory(prefix="bench_ct2_") as tmp:
         root = Path(tmp)

@@ -48,11 +48,10 @@ from typing import Any
 
 import torch
 
+from transformer_nmt.cli.translate import add_search_arguments, search_settings
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer_nmt.io_utils import read_lines, write_json
 from transformer_nmt.model.positional import sinusoidal_encoding
-from transformer_nmt.search import SearchSettings
-from transformer_nmt.search.settings import EARLY_STOP
 from transformer_nmt.translation import Translator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -231,16 +230,7 @@ def main() -> int:
     parser.add_argument("--sentences", type=int, default=0, help="first N lines (0 = all)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--beam", type=int, default=SearchSettings.beam)
-    parser.add_argument("--alpha", type=float, default=SearchSettings.alpha)
-    parser.add_argument("--max-len-b", type=int, default=SearchSettings.max_len_b)
-    parser.add_argument(
-        "--early-stop",
-        choices=EARLY_STOP,
-        default="exact",
-        help="our beam search's stopping rule (best = the peer's rule; docs: search.beam)",
-    )
-    parser.add_argument("--max-tokens", type=int, default=4096, help="source tokens per batch")
+    add_search_arguments(parser)  # translate's own flags and §6.1 defaults
     parser.add_argument("--peer-venv", type=Path, default=REPO / "benchmarks" / ".venv-peer-eole")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
@@ -252,13 +242,7 @@ def main() -> int:
     if args.sentences:
         lines = lines[: args.sentences]
         refs = refs[: args.sentences] if refs else None
-    settings = SearchSettings(
-        beam=args.beam,
-        alpha=args.alpha,
-        max_len_b=args.max_len_b,
-        max_tokens=args.max_tokens,
-        early_stop=args.early_stop,
-    )
+    settings = search_settings(args)
     translator = Translator(args.model, args.spm_model, settings=settings)
     config = dict(translator.meta["model_config"])
     check_convertible(config)
@@ -287,6 +271,7 @@ def main() -> int:
         pieces = tmp / "source.pieces"
         pieces.write_text("".join(" ".join([*(names[i] for i in s), "</s>"]) + "\n" for s in ids))
         max_length = max(len(s) + 1 for s in ids) + args.max_len_b  # our cap: |x EOS| + b
+        by_name = {n: i for i, n in enumerate(names)}  # eole's output pieces -> our ids
 
         for threads in args.threads:
             torch.set_num_threads(threads)
@@ -296,7 +281,6 @@ def main() -> int:
             peer = time_eole(args, model_dir, weights, pieces, max_length, threads, peer_out)
             weights = None  # saved into the model directory by the first call
             peer_pieces = peer_out.read_text(encoding="utf-8").splitlines()
-            by_name = {n: i for i, n in enumerate(names)}
             peer_text = [
                 translator.decode([by_name[p] for p in line.split() if p in by_name])
                 for line in peer_pieces
