@@ -13,7 +13,7 @@ directory. For each intra-op thread count (``--threads 1 2``: torch.set_num_thre
 CTranslate2's ``intra_threads``), each engine translates the sentences ``--runs`` times (after
 one warm-up run); the median wall time gives sentences/s, and the ratio CTranslate2 / torch.
 Both engines batch by ``--max-tokens`` the same way. The share of identical outputs is reported
-too (the length penalties differ: docs in ``transformer_nmt.ct2``).
+too (the length penalties differ: docs in ``transformer_nmt.inference.ct2``).
 
 Usage: ``python benchmarks/bench_ct2_decoding.py [--model M --spm-model S --source F]
 [--sentences 200] [--runs 3] [--threads 1 2] [--beam 4]``; prints a table and writes
@@ -33,11 +33,11 @@ from pathlib import Path
 
 import torch
 
-from transformer_nmt.checkpoints import save_model_file
 from transformer_nmt.cli.translate import add_search_arguments, search_settings
-from transformer_nmt.ct2 import Ct2Translator, export_ct2, import_ctranslate2
+from transformer_nmt.inference.ct2 import Ct2Translator, export_ct2, import_ctranslate2
+from transformer_nmt.inference.translator import Translator
 from transformer_nmt.io_utils import read_lines, write_json
-from transformer_nmt.translation import Translator
+from transformer_nmt.runs.checkpoints import save_model_file
 
 OUT = Path(__file__).resolve().parent / "out" / "ct2_decoding.json"
 

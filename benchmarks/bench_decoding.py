@@ -115,7 +115,7 @@ def main() -> None:
         model = model.to(device).eval()
         if args.quantize:
             # imported here so that the script also runs on older checkouts (bench_ab.py)
-            from transformer_nmt.translation import quantize_model
+            from transformer_nmt.inference.translator import quantize_model
 
             model = quantize_model(model, args.quantize, device)
         for beam in (1, 4):

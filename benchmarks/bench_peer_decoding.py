@@ -50,9 +50,9 @@ import torch
 
 from transformer_nmt.cli.translate import add_search_arguments, search_settings
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from transformer_nmt.inference.translator import Translator
 from transformer_nmt.io_utils import read_lines, write_json
 from transformer_nmt.model.positional import sinusoidal_encoding
-from transformer_nmt.translation import Translator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_peer_training import PEERS, REPO, piece_names  # noqa: E402

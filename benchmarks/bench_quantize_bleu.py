@@ -45,12 +45,12 @@ def train_toy(root: Path, updates: int) -> tuple[Path, Path]:
     """SentencePiece + a small Transformer trained on the toy pair; returns (model, spm)."""
     import sentencepiece as spm
 
-    from transformer_nmt.checkpoints import save_model_file
     from transformer_nmt.data.batch import flatten, training_batch
     from transformer_nmt.data.spm import train_spm
     from transformer_nmt.data.vocab import PAD_ID, load_vocab_info
     from transformer_nmt.model.config import ModelConfig
     from transformer_nmt.model.transformer import Transformer
+    from transformer_nmt.runs.checkpoints import save_model_file
     from transformer_nmt.training.objective import (
         build_optimizer,
         build_scheduler,
@@ -90,8 +90,8 @@ def train_toy(root: Path, updates: int) -> tuple[Path, Path]:
 def main() -> None:
     import sacrebleu
 
+    from transformer_nmt.inference.translator import Translator
     from transformer_nmt.search import SearchSettings
-    from transformer_nmt.translation import Translator
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, help="a model file (default: train the toy)")

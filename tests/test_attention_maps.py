@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_nmt.checkpoints import save_model_file
 from transformer_nmt.cli import main
 from transformer_nmt.data.spm import train_spm
 from transformer_nmt.data.vocab import PAD_ID, load_vocab_info
+from transformer_nmt.inference.translator import Translator
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.runs.checkpoints import save_model_file
 from transformer_nmt.search import SearchSettings
-from transformer_nmt.translation import Translator
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_nmt import checkpoints as ck
 from transformer_nmt.cli import main
 from transformer_nmt.errors import CheckpointError
 from transformer_nmt.model.config import apply_overrides, get_preset
 from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.runs import checkpoints as ck
 
 CFG = apply_overrides(
     get_preset("tiny"), {"N": 1, "d_model": 16, "d_ff": 32, "h": 2, "d_k": 8, "d_v": 8}

@@ -81,7 +81,7 @@ def _fresh_python(code: str) -> str:
 def test_inference_does_not_import_training_code() -> None:
     """translate needs no Lightning, sacreBLEU or sacremoses (nor any training module)."""
     code = (
-        "import sys, transformer_nmt.translation, transformer_nmt.cli.translate\n"
+        "import sys, transformer_nmt.inference.translator, transformer_nmt.cli.translate\n"
         "heavy = ['lightning', 'sacrebleu', 'sacremoses']\n"
         "print([m for m in sys.modules if m.split('.')[0] in heavy"
         " or m.startswith('transformer_nmt.training')])\n"
@@ -96,4 +96,4 @@ def test_package_import_stays_light() -> None:
         "from transformer_nmt import Translator\n"
         "print(Translator.__module__)\n"
     )
-    assert _fresh_python(code) == "transformer_nmt.translation"
+    assert _fresh_python(code) == "transformer_nmt.inference.translator"

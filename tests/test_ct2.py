@@ -15,21 +15,22 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_nmt.checkpoints import save_model_file
 from transformer_nmt.cli import main
 from transformer_nmt.data.batch import flatten, training_batch
 from transformer_nmt.data.spm import train_spm
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, load_vocab_info
 from transformer_nmt.errors import CheckpointError, ConfigError, UserFacingError
+from transformer_nmt.inference.factory import open_translator
+from transformer_nmt.inference.translator import Translator
 from transformer_nmt.model.config import ModelConfig, apply_overrides
 from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.runs.checkpoints import save_model_file
 from transformer_nmt.search import SearchSettings
 from transformer_nmt.training.objective import (
     build_optimizer,
     build_scheduler,
     label_smoothed_cross_entropy,
 )
-from transformer_nmt.translation import Translator, open_translator
 
 # A toy language pair: German words translated word by word (same order) into English words.
 LEXICON = {
@@ -59,7 +60,7 @@ def ct2():
     pytest.importorskip(
         "ctranslate2", reason="CTranslate2 is not installed (optional: pip install '.[ct2]')"
     )
-    from transformer_nmt import ct2
+    from transformer_nmt.inference import ct2
 
     return ct2
 
@@ -249,7 +250,7 @@ def test_clear_errors(ct2, trained, spm_model, tmp_path, capsys) -> None:
 
 
 def test_missing_ctranslate2_says_how_to_install(monkeypatch, tmp_path) -> None:
-    from transformer_nmt import ct2
+    from transformer_nmt.inference import ct2
 
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import ctranslate2 -> ImportError
     with pytest.raises(UserFacingError, match=r"pip install 'transformer_nmt\[ct2\]'"):

@@ -13,14 +13,14 @@ import pytest
 from transformer_nmt.cli import main
 from transformer_nmt.errors import DataError
 from transformer_nmt.evaluation.figures import make_figures
-from transformer_nmt.metrics_history import (
+from transformer_nmt.runs.metrics_history import (
     METRICS_FILE,
     MetricsRow,
     append_metrics,
     read_metrics,
     write_metrics,
 )
-from transformer_nmt.metrics_history import row as metrics_row
+from transformer_nmt.runs.metrics_history import row as metrics_row
 
 M30K = {"dataset": "multi30k", "pair": "en-de", "preset": "tiny"}
 

@@ -20,9 +20,9 @@ from tests.test_training import (  # noqa: F401  (corpus: the fixture)
     spawn_training,
     train_argv,
 )
-from transformer_nmt.checkpoints import list_checkpoints, load_checkpoint
 from transformer_nmt.cli import main
 from transformer_nmt.io_utils import remove_stale_temps
+from transformer_nmt.runs.checkpoints import list_checkpoints, load_checkpoint
 from transformer_nmt.training.run import run_dir_lock
 from transformer_nmt.training.trainer import AtomicCheckpointIO
 
@@ -206,7 +206,7 @@ def test_a_full_disk_under_mlflow_is_one_notice_and_training_goes_on(
     from transformer_nmt import tracking
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    monkeypatch.setattr(tracking, "_noticed", set())
+    monkeypatch.setattr(tracking.stage, "_noticed", set())
     terminal = tmp_path / "terminal.txt"  # what Snakemake's stderr (descriptor 3) receives
     fd = os.open(terminal, os.O_WRONLY | os.O_CREAT)
     monkeypatch.setenv(tracking.NOTICE_FD_ENV, str(fd))

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_nmt.checkpoints import average_checkpoints, save_model_file
 from transformer_nmt.cli import main
 from transformer_nmt.data.spm import train_spm
 from transformer_nmt.data.vocab import PAD_ID, load_vocab_info
+from transformer_nmt.evaluation.selection import candidate_ks
+from transformer_nmt.inference.translator import Translator
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.runs.checkpoints import average_checkpoints, save_model_file
 from transformer_nmt.search import SearchSettings
-from transformer_nmt.selection import candidate_ks
-from transformer_nmt.translation import Translator
 
 WORDS = ["ein", "mann", "eine", "frau", "hund", "läuft", "spielt", "im", "park", "auf", "der"]
 CFG = ModelConfig(N=1, d_model=32, d_ff=64, h=2, d_k=16, d_v=16, p_drop=0.0)

@@ -19,9 +19,9 @@ import pytest
 from tests.test_translation import _results_layout, assets  # noqa: F401 (fixtures)
 from transformer_nmt.cli import main
 from transformer_nmt.errors import DataError
+from transformer_nmt.inference.serving import source_sentences
+from transformer_nmt.inference.translator import Translator
 from transformer_nmt.search import SearchSettings
-from transformer_nmt.serving import source_sentences
-from transformer_nmt.translation import Translator
 
 # Tiny models: one torch thread (conftest.one_torch_thread) for every test here.
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

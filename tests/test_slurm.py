@@ -31,7 +31,7 @@ import torch
 import yaml
 
 from tests.conftest import REPO_ROOT
-from transformer_nmt.checkpoints import load_model_file
+from transformer_nmt.runs.checkpoints import load_model_file
 
 pytestmark = pytest.mark.slow
 

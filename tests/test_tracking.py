@@ -332,8 +332,8 @@ def test_a_failing_store_is_one_notice_and_a_count(
 
     from transformer_nmt.training.callbacks import StageRunLogger
 
-    monkeypatch.setattr(tracking, "_RETRY_TOTAL_S", 0.2)  # a store locked past the retries
-    monkeypatch.setattr(tracking, "_noticed", set())
+    monkeypatch.setattr(tracking.store, "_RETRY_TOTAL_S", 0.2)  # a store locked past the retries
+    monkeypatch.setattr(tracking.stage, "_noticed", set())
     notices = tmp_path / "terminal.txt"
     fd = os.open(notices, os.O_WRONLY | os.O_CREAT)
     monkeypatch.setenv(tracking.NOTICE_FD_ENV, str(fd))

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_nmt.checkpoints import list_checkpoints, load_checkpoint
 from transformer_nmt.cli import main
 from transformer_nmt.data.sampler import TokenBatchSampler
 from transformer_nmt.data.token_array import TokenArray, write_token_array
 from transformer_nmt.errors import ConfigError
+from transformer_nmt.runs.checkpoints import list_checkpoints, load_checkpoint
 from transformer_nmt.training.config import (
     TrainConfig,
     accumulation,
@@ -452,7 +452,7 @@ def test_metrics_history_survives_a_resume_without_duplicate_steps(
     """metrics.csv of a run killed after its step-10 rows but before the step-10 checkpoint,
     then resumed from step 5, equals that of an uninterrupted run: the rows beyond step 5 are
     dropped and re-done once; the clock continues from the last row kept."""
-    from transformer_nmt.metrics_history import METRICS_FILE, read_metrics
+    from transformer_nmt.runs.metrics_history import METRICS_FILE, read_metrics
 
     whole, split = tmp_path / "whole", tmp_path / "split"
     assert main(train_argv(corpus, whole, max_steps=20)) == 0
@@ -524,7 +524,7 @@ def test_time_based_checkpoints_keep_the_newest_and_validation_bleu(
     assert 0.0 <= metrics["val/bleu_beam"] <= 100.0  # beam search on the whole dev set
     assert metrics["val/ppl"] == pytest.approx(math.exp(metrics["val/nll"]))
     # metrics.csv: the BLEUs only in the rows of the validations that measured them
-    from transformer_nmt.metrics_history import METRICS_FILE, read_metrics
+    from transformer_nmt.runs.metrics_history import METRICS_FILE, read_metrics
 
     rows = [(r.step, sorted(r.values)) for r in read_metrics(run / METRICS_FILE)]
     val = ["val_bleu", "val_loss", "val_ppl"]

@@ -14,22 +14,21 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_nmt import translation
-from transformer_nmt.checkpoints import save_model_file
 from transformer_nmt.cli import main
 from transformer_nmt.data.spm import train_spm
 from transformer_nmt.data.vocab import PAD_ID, load_vocab_info
 from transformer_nmt.errors import CheckpointError, ConfigError
+from transformer_nmt.inference import output
+from transformer_nmt.inference import translator as translation
+from transformer_nmt.inference.engine import token_batches
+from transformer_nmt.inference.output import format_output
+from transformer_nmt.inference.translator import Translator
 from transformer_nmt.io_utils import read_lines
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.progress import Progress
+from transformer_nmt.runs.checkpoints import save_model_file
 from transformer_nmt.search import Hypothesis, SearchSettings
-from transformer_nmt.translation import (
-    Translator,
-    format_output,
-    token_batches,
-)
 
 WORDS = ["ein", "mann", "eine", "frau", "hund", "läuft", "spielt", "im", "park", "auf", "der"]
 WORDS += ["straße", "mit", "einem", "ball"]
@@ -311,9 +310,8 @@ def _results_layout(assets: dict[str, Path], root: Path) -> Path:
 
 def test_python_api_from_run_translates_to_strings(assets: dict[str, Path], tmp_path: Path) -> None:
     from transformer_nmt import Translator as PublicTranslator
-    from transformer_nmt.training.run import SUMMARY_FILE
 
-    assert PublicTranslator is Translator and translation.SUMMARY_FILE == SUMMARY_FILE
+    assert PublicTranslator is Translator
     run_dir = _results_layout(assets, tmp_path / "results")
     t = Translator.from_run(run_dir)
     assert t.settings == SearchSettings() and (t.settings.beam, t.settings.alpha) == (4, 0.6)
@@ -338,14 +336,14 @@ def test_python_api_from_run_errors_name_the_file(assets: dict[str, Path], tmp_p
 
 
 def test_word_index_and_hard_alignment_on_a_hand_made_matrix() -> None:
-    assert translation.word_index(["▁ein", "▁Ma", "nn", "▁läuft"]) == [0, 1, 1, 2]
-    assert translation.word_index(["ab", "c", "▁d"]) == [0, 0, 1]  # first piece: word 0
+    assert output.word_index(["▁ein", "▁Ma", "nn", "▁läuft"]) == [0, 1, 1, 2]
+    assert output.word_index(["ab", "c", "▁d"]) == [0, 0, 1]  # first piece: word 0
     # source "ein Mann läuft" = ▁ein ▁Ma nn ▁läuft </s>; target "a man runs" = ▁a ▁m an ▁runs
     weights = np.full((2, 5, 5), 0.05, dtype=np.float32)  # [h, T, S]
     for t, s in [(0, 0), (1, 2), (2, 1), (3, 3), (4, 4)]:  # the EOS row attends to </s>
         weights[:, t, s] = 0.8
     weights[1, 3, 3], weights[1, 3, 4] = 0.0, 0.85  # ▁runs: most on </s>, which is left out
-    record = translation.SentenceAttention(
+    record = output.SentenceAttention(
         source="ein Mann läuft", translation="a man runs",
         src_tokens=["▁ein", "▁Ma", "nn", "▁läuft", "</s>"],
         tgt_tokens=["▁a", "▁m", "an", "▁runs", "</s>"], weights=weights,
@@ -357,10 +355,8 @@ def test_word_index_and_hard_alignment_on_a_hand_made_matrix() -> None:
     data = json.loads(record.to_json())
     assert data["alignment"] == "0-0 1-1 2-2" and data["tgt_tokens"][-1] == "</s>"
     assert np.asarray(data["attention"]).shape == (5, 5)
-    assert list(translation.format_attention([record], "alignment")) == [
-        "a man runs ||| 0-0 1-1 2-2"
-    ]
-    empty = translation.SentenceAttention("", "", [], [], np.zeros((2, 0, 0), np.float32))
+    assert list(output.format_attention([record], "alignment")) == ["a man runs ||| 0-0 1-1 2-2"]
+    empty = output.SentenceAttention("", "", [], [], np.zeros((2, 0, 0), np.float32))
     assert empty.pharaoh() == "" and json.loads(empty.to_json())["attention"] == []
 
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
-from transformer_nmt.metrics_history import read_metrics
+from transformer_nmt.runs.metrics_history import read_metrics
 
 pytestmark = pytest.mark.slow
 

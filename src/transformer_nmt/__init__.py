@@ -17,12 +17,12 @@ __version__ = "0.1.0"
 __all__ = ["Translator", "__version__"]
 
 if TYPE_CHECKING:
-    from transformer_nmt.translation import Translator
+    from transformer_nmt.inference.translator import Translator
 
 
 def __getattr__(name: str) -> Any:
     if name == "Translator":
-        from transformer_nmt.translation import Translator
+        from transformer_nmt.inference.translator import Translator
 
         return Translator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,6 +23,7 @@ from transformer_nmt.data.registry import Dataset, load_registry
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.io_utils import write_json
 from transformer_nmt.model.config import TABLE3
+from transformer_nmt.runs import layout as run_files
 
 # --- output path templates (Snakemake wildcards in braces) ------------------------------------
 RAW_DIR = "resources/{dataset}"
@@ -36,15 +37,17 @@ SPM_VOCAB = SPM_PREFIX + ".vocab"
 BIN_DIR = "results/bin/{dataset}/{pair}"
 TOKENS = BIN_DIR + "/{split}.{lang}.tokens.npy"
 OFFSETS = BIN_DIR + "/{split}.{lang}.offsets.npy"
-RUN_DIR = "results/runs/{experiment}"
-TRAIN_CONFIG = RUN_DIR + "/train_config.json"
-TRAIN_SUMMARY = RUN_DIR + "/train_summary.json"
-CHECKPOINT_DIR = RUN_DIR + "/checkpoints"
-AVERAGED_MODEL = RUN_DIR + "/averaged.pt"
-MLFLOW_MODEL = RUN_DIR + "/mlflow_model.json"  # the registered MLflow model's URIs
+RUN_DIR = "results/runs/{experiment}"  # its files: transformer_nmt.runs.layout
+TRAIN_CONFIG = f"{RUN_DIR}/{run_files.TRAIN_CONFIG_FILE}"
+TRAIN_SUMMARY = f"{RUN_DIR}/{run_files.SUMMARY_FILE}"
+CHECKPOINT_DIR = f"{RUN_DIR}/{run_files.CHECKPOINT_DIR}"
+AVERAGED_MODEL = f"{RUN_DIR}/{run_files.AVERAGED_MODEL}"
+MLFLOW_MODEL = f"{RUN_DIR}/{run_files.MLFLOW_MODEL_FILE}"  # the registered MLflow model's URIs
 HYPOTHESES = RUN_DIR + "/{test_set}.hyp"
 SCORES = RUN_DIR + "/{test_set}.scores.json"
-RUN_FIGURES_DIR = RUN_DIR + "/figures"  # every PNG here is a figure of the run (report, MLflow)
+RUN_FIGURES_DIR = (
+    f"{RUN_DIR}/{run_files.FIGURES_DIR}"  # every PNG here is a figure of the run (report, MLflow)
+)
 ATTENTION_MAP = RUN_FIGURES_DIR + "/attention_{line}.png"  # line: 1-based line of the test set
 ATTENTION_MAP_CSV = RUN_FIGURES_DIR + "/attention_{line}.csv"  # the figure's numbers
 REPORT = "results/report.md"

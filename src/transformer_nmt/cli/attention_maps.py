@@ -15,10 +15,9 @@ import logging
 from transformer_nmt import tracking
 from transformer_nmt.cli.translate import add_search_arguments, search_settings
 from transformer_nmt.errors import ConfigError
+from transformer_nmt.runs.layout import FIGURES_DIR
 
 log = logging.getLogger(__name__)
-
-ARTIFACT_DIR = "figures"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -50,8 +49,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from transformer_nmt.evaluation.attention_maps import select_lines, write_attention_maps
+    from transformer_nmt.inference.translator import Translator
     from transformer_nmt.io_utils import read_lines
-    from transformer_nmt.translation import Translator
 
     if len(set(args.lines)) != len(args.lines):
         raise ConfigError(f"--lines: each line once, got {args.lines}")
@@ -75,5 +74,5 @@ def run(args: argparse.Namespace) -> int:
         written = write_attention_maps(records, args.lines, args.out_dir, label)
         if tracked is not None:
             for path in written:
-                tracked.log_artifact(path, ARTIFACT_DIR)
+                tracked.log_artifact(path, FIGURES_DIR)
     return 0

@@ -2,7 +2,7 @@
 20 for big ones), or an explicit list of checkpoints. fp32 accumulation, identical weights
 required, weights only (``checkpoints.MODEL_FILE_FORMAT``).
 
-``--last auto`` chooses K on the dev set (``transformer_nmt.selection``): it needs the pair's
+``--last auto`` chooses K on the dev set (``evaluation.selection``): it needs the pair's
 SentencePiece model, the dev source and reference files and the target language, and writes the
 table K -> dev BLEU to ``average_selection.json`` beside the model file."""
 
@@ -15,9 +15,9 @@ from pathlib import Path
 from transformer_nmt import tracking
 from transformer_nmt.cli.translate import add_search_arguments, search_settings
 from transformer_nmt.errors import CheckpointError, ConfigError
+from transformer_nmt.runs.layout import SELECTION_FILE
 
 AUTO = "auto"
-SELECTION_FILE = "average_selection.json"
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def select(args: argparse.Namespace) -> list[Path]:
-    from transformer_nmt.checkpoints import list_checkpoints
+    from transformer_nmt.runs.checkpoints import list_checkpoints
 
     if args.inputs:
         if args.last is not None:
@@ -78,7 +78,7 @@ def select(args: argparse.Namespace) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from transformer_nmt.checkpoints import (
+    from transformer_nmt.runs.checkpoints import (
         average_checkpoints,
         checkpoint_meta,
         experiment_mismatch,
@@ -129,8 +129,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _select_on_dev(args: argparse.Namespace, paths: list[Path], mlrun, step: int) -> int:
     """``--last auto``: the best K on the dev set; writes the model and the selection table."""
+    from transformer_nmt.evaluation.selection import select_average
     from transformer_nmt.io_utils import write_json
-    from transformer_nmt.selection import select_average
 
     settings = search_settings(args)
     selection = select_average(

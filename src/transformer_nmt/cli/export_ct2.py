@@ -23,7 +23,7 @@ QUANTIZATIONS = (
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from transformer_nmt.ct2 import DEFAULT_MAX_POSITIONS
+    from transformer_nmt.inference.ct2 import DEFAULT_MAX_POSITIONS
 
     parser.add_argument("--model", required=True, help="model file (averaged.pt) or checkpoint")
     parser.add_argument("--spm-model", required=True, help="the pair's SentencePiece model")
@@ -45,7 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from transformer_nmt.ct2 import export_ct2
+    from transformer_nmt.inference.ct2 import export_ct2
 
     out = export_ct2(
         args.model, args.spm_model, args.out, max_positions=args.max_positions,

@@ -41,8 +41,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from transformer_nmt import serving
-    from transformer_nmt.translation import Translator
+    from transformer_nmt.inference import serving
+    from transformer_nmt.inference.translator import Translator
 
     if args.mlflow_experiment is None or args.mlflow_run is None:
         raise ConfigError("register logs into MLflow: give --mlflow-experiment and --mlflow-run")

@@ -15,7 +15,6 @@ from typing import Any
 
 from transformer_nmt.errors import ConfigError, DataError
 from transformer_nmt.evaluation.report import (
-    EXPERIMENT_FILE,
     SCORES_SUFFIX,
     build_report,
     collect_score_files,
@@ -23,6 +22,7 @@ from transformer_nmt.evaluation.report import (
     render_figures,
 )
 from transformer_nmt.io_utils import atomic_open, read_lines, write_json
+from transformer_nmt.runs.layout import EXPERIMENT_FILE
 
 log = logging.getLogger(__name__)
 

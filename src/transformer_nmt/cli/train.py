@@ -32,10 +32,10 @@ from typing import Any
 
 from transformer_nmt import tracking
 from transformer_nmt.errors import ConfigError, UserFacingError
+from transformer_nmt.runs.layout import ATTEMPT_LOG_DIR
 
 log = logging.getLogger(__name__)
 
-ATTEMPT_LOG_DIR = "logs"  # in the run directory
 _ATTEMPT = re.compile(r"attempt-(\d+)-")
 
 # Debug aid used by the tests: when set to a directory, every rank appends the example indices

@@ -26,8 +26,8 @@ from transformer_nmt.io_utils import atomic_open, read_lines, stream_line_batche
 from transformer_nmt.search.settings import EARLY_STOP, SearchSettings
 
 if TYPE_CHECKING:
+    from transformer_nmt.inference.translator import Translator
     from transformer_nmt.progress import Progress
-    from transformer_nmt.translation import Translator
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +139,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from transformer_nmt.inference.factory import open_translator
     from transformer_nmt.progress import Progress
-    from transformer_nmt.translation import open_translator
 
     settings = search_settings(args)
     if args.stdin_batch < 1:
@@ -220,8 +220,8 @@ def _translate_stream(
 ) -> int:
     """Translate each batch of lines as it comes and write (and flush) its translations before
     the next batch is read; returns the number of lines. ``attention``: None (translations),
-    or a ``translation.ATTENTION_FORMATS`` kind."""
-    from transformer_nmt.translation import format_attention, format_output
+    or an ``inference.output.ATTENTION_FORMATS`` kind."""
+    from transformer_nmt.inference.output import format_attention, format_output
 
     count = 0
     for lines in batches:

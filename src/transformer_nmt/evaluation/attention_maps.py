@@ -29,7 +29,7 @@ from transformer_nmt.errors import DataError
 from transformer_nmt.io_utils import atomic_open, atomic_path
 
 if TYPE_CHECKING:
-    from transformer_nmt.translation import SentenceAttention
+    from transformer_nmt.inference.output import SentenceAttention
 
 log = logging.getLogger(__name__)
 

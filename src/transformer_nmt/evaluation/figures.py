@@ -28,16 +28,20 @@ from typing import Any
 
 from transformer_nmt.errors import DataError
 from transformer_nmt.io_utils import atomic_open, atomic_path
-from transformer_nmt.metrics_history import METRICS_FILE, VALUE_COLUMNS, MetricsRow, read_metrics
+from transformer_nmt.runs.layout import FIGURES_DIR, SELECTION_FILE
+from transformer_nmt.runs.metrics_history import (
+    METRICS_FILE,
+    VALUE_COLUMNS,
+    MetricsRow,
+    read_metrics,
+)
 
 log = logging.getLogger(__name__)
 
 LEARNING_CURVES = "learning_curves"
 AVERAGING = "bleu_vs_averaged_checkpoints"
-SELECTION_FILE = "average_selection.json"  # cli/average.py
 # Figures that other stages write beside a run (attention maps, ...): the report shows every
 # PNG found there.
-RUN_FIGURES_DIR = "figures"
 
 # (metrics.csv column, legend label) of the panels: loss, perplexity, BLEU
 _PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
@@ -254,7 +258,7 @@ def make_figures(
                 "no BLEU-against-averaged-checkpoints figure: a fixed number of checkpoints was "
                 "averaged (`average_last_k: auto` tries several on the dev set)"
             )
-        found = sorted((run_dir / RUN_FIGURES_DIR).glob("**/*.png"))
+        found = sorted((run_dir / FIGURES_DIR).glob("**/*.png"))
         out.runs[name], out.notes[name], out.found[name] = files, notes, found
     by_pair: dict[str, list[str]] = {}
     for name in histories:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from transformer_nmt.errors import DataError
 from transformer_nmt.io_utils import read_json
+from transformer_nmt.runs.layout import EXPERIMENT_FILE, SELECTION_FILE
 
 if TYPE_CHECKING:
     from transformer_nmt.evaluation.figures import ReportFigures
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
 SCORES_SUFFIX = ".scores.json"
 # Beside a run's scores: what the experiment is (written by the report stage, read by later
 # reports of other configs) and the dev-set choice of averaged checkpoints (average --last auto).
-EXPERIMENT_FILE = "experiment.json"
-SELECTION_FILE = "average_selection.json"
 CLEAN_REPORT = "clean_report.json"  # data.prepare.REPORT_NAME (not imported: numpy-free module)
 
 # Vaswani et al. 2017, Table 2: BLEU on newstest2014 (tokenized, compound-split; see score.py).

@@ -22,8 +22,7 @@ from typing import Any
 from transformer_nmt.errors import DataError
 from transformer_nmt.io_utils import read_json
 from transformer_nmt.model.config import TABLE3
-
-SUMMARY_FILE = "train_summary.json"
+from transformer_nmt.runs.layout import SUMMARY_FILE
 
 
 @dataclass(frozen=True)

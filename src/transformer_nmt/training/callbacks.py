@@ -18,8 +18,9 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
-from transformer_nmt.checkpoints import LIGHTNING_FILENAME, checkpoint_name
 from transformer_nmt.io_utils import write_json
+from transformer_nmt.runs.checkpoints import LIGHTNING_FILENAME, checkpoint_name
+from transformer_nmt.runs.layout import LAST_VALIDATION_FILE
 from transformer_nmt.training.config import TrainConfig
 
 if TYPE_CHECKING:
@@ -289,9 +290,6 @@ def _clock(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
-LAST_VALIDATION_FILE = "last_validation.json"
-
-
 class LastValidation(Callback):
     """Keeps the newest validation's metrics in ``<checkpoints>/last_validation.json``: Lightning
     saves a step's checkpoint before that step's validation, so a job resumed after it (a kill,
@@ -328,7 +326,7 @@ class MetricsHistory(Callback):
         self.path, self.every, self.max_steps = Path(path), every, max_steps
 
     def on_train_start(self, trainer, pl_module) -> None:
-        from transformer_nmt import metrics_history as mh
+        from transformer_nmt.runs import metrics_history as mh
 
         start = trainer.global_step
         self._window = _LossWindow(start)
@@ -350,7 +348,7 @@ class MetricsHistory(Callback):
         mh.write_metrics(self.path, kept)
 
     def _append(self, trainer, values: dict[str, float]) -> None:
-        from transformer_nmt import metrics_history as mh
+        from transformer_nmt.runs import metrics_history as mh
 
         elapsed = self._offset + time.monotonic() - self._started
         mh.append_metrics(self.path, mh.row(trainer.global_step, elapsed, values))

@@ -20,10 +20,10 @@ from typing import Any
 import lightning as L
 import torch
 
-from transformer_nmt.checkpoints import LEARNING_KEY, stack_former_optimizer_state
 from transformer_nmt.errors import UserFacingError
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.runs.checkpoints import LEARNING_KEY, stack_former_optimizer_state
 from transformer_nmt.training.config import TrainConfig, learning_fingerprint, learning_settings
 from transformer_nmt.training.objective import (
     FUSED_ADAM_DEVICES,

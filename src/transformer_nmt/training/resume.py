@@ -31,10 +31,11 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from transformer_nmt import checkpoints as ckpt_lib
 from transformer_nmt.data.datamodule import TranslationDataModule
 from transformer_nmt.errors import CheckpointError, ConfigError
 from transformer_nmt.io_utils import write_json
+from transformer_nmt.runs import checkpoints as ckpt_lib
+from transformer_nmt.runs.layout import SUPERSEDED_DIR
 from transformer_nmt.training.config import TrainConfig, learning_fingerprint, learning_settings
 
 log = logging.getLogger(__name__)
@@ -183,10 +184,10 @@ def mark_finished(checkpoint_dir: Path, cfg: TrainConfig, step: int) -> None:
 def _move_aside(checkpoint_dir: Path) -> Path:
     """Move ``<run>/checkpoints`` to ``<run>/superseded/<UTC time>/`` (never deleted)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    target = checkpoint_dir.parent / "superseded" / stamp
+    target = checkpoint_dir.parent / SUPERSEDED_DIR / stamp
     suffix = 1
     while target.exists():
-        target = checkpoint_dir.parent / "superseded" / f"{stamp}-{suffix}"
+        target = checkpoint_dir.parent / SUPERSEDED_DIR / f"{stamp}-{suffix}"
         suffix += 1
     target.parent.mkdir(parents=True, exist_ok=True)
     checkpoint_dir.rename(target)

@@ -24,11 +24,12 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from transformer_nmt.checkpoints import CHECKPOINT_DIR, list_checkpoints
 from transformer_nmt.data.vocab import VocabInfo
 from transformer_nmt.errors import UserFacingError
 from transformer_nmt.io_utils import remove_stale_temps, write_json
 from transformer_nmt.model.config import ModelConfig
+from transformer_nmt.runs.checkpoints import CHECKPOINT_DIR, list_checkpoints
+from transformer_nmt.runs.layout import SUMMARY_FILE, TRAIN_LOCK_FILE
 from transformer_nmt.training.callbacks import (
     StageRunLogger,
     Throughput,
@@ -57,9 +58,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SUMMARY_FILE = "train_summary.json"
-LOCK_FILE = ".train.lock"
-
 
 class TrainingInterrupted(UserFacingError):
     """Training ended before max_steps without an error (interrupted): no summary is written."""
@@ -76,7 +74,7 @@ def run_dir_lock(run_dir: Path) -> Iterator[None]:
     fails at once naming the holder, instead of training the same steps into the same files.
     The kernel releases the lock when its process dies, however it dies."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(run_dir / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 (held until exit)
+    handle = open(run_dir / TRAIN_LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 (held until exit)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

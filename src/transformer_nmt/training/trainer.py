@@ -16,9 +16,9 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from transformer_nmt.checkpoints import CHECKPOINT_DIR
 from transformer_nmt.io_utils import atomic_path
-from transformer_nmt.metrics_history import METRICS_FILE
+from transformer_nmt.runs.checkpoints import CHECKPOINT_DIR
+from transformer_nmt.runs.metrics_history import METRICS_FILE
 from transformer_nmt.training.callbacks import (
     LastValidation,
     LogLines,

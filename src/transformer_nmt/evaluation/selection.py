@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformer_nmt.checkpoints import (
+from transformer_nmt.evaluation.score import score_lines
+from transformer_nmt.inference.translator import Translator
+from transformer_nmt.io_utils import read_lines
+from transformer_nmt.runs.checkpoints import (
     average_checkpoints,
     checkpoint_meta,
     load_checkpoint,
     save_model_file,
 )
-from transformer_nmt.evaluation.score import score_lines
-from transformer_nmt.io_utils import read_lines
 from transformer_nmt.search import SearchSettings
-from transformer_nmt.translation import Translator
 
 log = logging.getLogger(__name__)
 

@@ -28,18 +28,18 @@ import torch
 from transformer_nmt.errors import CheckpointError
 from transformer_nmt.io_utils import atomic_path
 
+# A run's Lightning checkpoints: <run-dir>/CHECKPOINT_DIR/step=00001000.ckpt; FINISHED_FILE in
+# CHECKPOINT_DIR when a run reaches max_steps: the finished run's full settings.
+from transformer_nmt.runs.layout import CHECKPOINT_DIR, FINISHED_FILE  # noqa: F401 (re-export)
+
 MODEL_FILE_FORMAT = "transformer_nmt.model/1"
 # The LightningModule's attribute holding the Transformer (training/module.py).
 MODEL_PREFIX = "model."
-# A run's Lightning checkpoints: <run-dir>/CHECKPOINT_DIR/step=00001000.ckpt.
-CHECKPOINT_DIR = "checkpoints"
 # ModelCheckpoint's ``filename`` template (Lightning adds ".ckpt"): gives ``checkpoint_name``.
 LIGHTNING_FILENAME = "step={step:08d}"
 # Lightning checkpoint entry: what the run learns from (fingerprint, model config, the train
 # settings of ``training.config.learning_settings``); a resume needs the same fingerprint.
 LEARNING_KEY = "transformer_nmt_learning"
-# Written into CHECKPOINT_DIR when a run reaches max_steps: the finished run's full settings.
-FINISHED_FILE = "finished.json"
 _STEP_RE = re.compile(r"^step=(\d+)\.ckpt$")
 
 

@@ -1,9 +1,8 @@
-"""Translating text with a trained model: SentencePiece in, §6.1 beam search, SentencePiece out.
+"""The PyTorch engine: a trained model file and its SentencePiece model, §6.1 beam search.
 
-Sentences are batched by tokens (sorted by length so that a batch holds similar lengths and
-little padding, each batch at most ``max_tokens`` source tokens counting padding), searched with
-``search.beam_search`` and returned in input order. Empty input lines give empty output lines
-without running the model.
+``Translator`` is a ``engine.TranslationEngine``: sentences are batched by tokens
+(``engine.token_batches``), searched with ``search.beam_search`` and returned in input order;
+empty input lines give empty output lines without running the model.
 
 ``Translator.translate_with_attention`` also returns, per sentence, the encoder-decoder attention
 of the best hypothesis, recomputed by teacher forcing (the model fed BOS + the hypothesis):
@@ -16,121 +15,26 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from transformer_nmt.checkpoints import experiment_mismatch, load_model_file
 from transformer_nmt.data.batch import flatten, pad_flat, source_batch
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, load_vocab_info
 from transformer_nmt.errors import CheckpointError, ConfigError
+from transformer_nmt.inference.engine import TranslationEngine, token_batches
+from transformer_nmt.inference.output import EOS_PIECE, SentenceAttention
 from transformer_nmt.io_utils import sha256_file
+from transformer_nmt.runs.checkpoints import experiment_mismatch, load_model_file
+from transformer_nmt.runs.layout import AVERAGED_MODEL, SUMMARY_FILE
 from transformer_nmt.search import Hypothesis, SearchSettings, beam_search
 
 log = logging.getLogger(__name__)
 
-# The files of a pipeline experiment's run directory (results/runs/<experiment>/) that
-# ``Translator.from_run`` reads. SUMMARY_FILE is training.run.SUMMARY_FILE, not imported from
-# there because that module pulls in Lightning (tests/test_translation.py checks they agree).
-AVERAGED_MODEL = "averaged.pt"
-SUMMARY_FILE = "train_summary.json"
 
-EOS_PIECE = "</s>"  # the row/column of the EOS symbol in attention matrices
-WORD_START = "\u2581"  # SentencePiece's "▁": the piece begins a whitespace-separated word
-
-
-def word_index(pieces: Sequence[str]) -> list[int]:
-    """The word each SentencePiece piece belongs to (0-based): a piece starting with "▁"
-    begins a new word, any other piece continues the current one (the first piece is word 0
-    whatever it starts with). These are the whitespace-separated words of the detokenised
-    text (of the source after SentencePiece's normalisation, which collapses whitespace)."""
-    words, current = [], -1
-    for piece in pieces:
-        if piece.startswith(WORD_START) or current < 0:
-            current += 1
-        words.append(current)
-    return words
-
-
-@dataclass(frozen=True)
-class SentenceAttention:
-    """One sentence's translation and its encoder-decoder attention (teacher forced).
-
-    ``src_tokens``/``tgt_tokens``: SentencePiece pieces, each ending with ``</s>`` (empty for an
-    empty input line); ``weights`` [h, T, S] float32: per head of the chosen decoder layer, row
-    t = target token t, column s = source token s; each row sums to 1.
-    """
-
-    source: str
-    translation: str
-    src_tokens: list[str]
-    tgt_tokens: list[str]
-    weights: np.ndarray  # [h, T, S]
-
-    @property
-    def averaged(self) -> np.ndarray:
-        """The head average [T, S] (what ``Transformer.decode`` returns by default)."""
-        return self.weights.mean(axis=0) if self.weights.size else np.zeros((0, 0), np.float32)
-
-    def alignment(self) -> list[tuple[int, int]]:
-        """Hard word alignments (source word i, target word j), sorted: each target subword is
-        aligned to the source subword it attends to most (head average, argmax; the EOS row and
-        column left out), and two words are aligned when any of their subwords are (as
-        awesome-align turns subword alignments into word alignments)."""
-        n_tgt, n_src = len(self.tgt_tokens) - 1, len(self.src_tokens) - 1  # without EOS
-        if n_tgt < 1 or n_src < 1:
-            return []
-        best = self.averaged[:n_tgt, :n_src].argmax(axis=1)  # [T-1] source subword per target
-        src_words = word_index(self.src_tokens[:n_src])
-        tgt_words = word_index(self.tgt_tokens[:n_tgt])
-        return sorted({(src_words[s], tgt_words[t]) for t, s in enumerate(best.tolist())})
-
-    def pharaoh(self) -> str:
-        """``alignment()`` in Pharaoh format: ``i-j`` pairs separated by spaces (0-based,
-        source first), as fast_align and awesome-align write them."""
-        return " ".join(f"{i}-{j}" for i, j in self.alignment())
-
-    def to_json(self, decimals: int = 4) -> str:
-        """One JSON line: source, translation, the tokens, the head-averaged ``attention``
-        matrix (rounded, rows = ``tgt_tokens``) and the Pharaoh ``alignment``."""
-        record = {
-            "source": self.source,
-            "translation": self.translation,
-            "src_tokens": self.src_tokens,
-            "tgt_tokens": self.tgt_tokens,
-            "attention": np.round(self.averaged.astype(np.float64), decimals).tolist(),
-            "alignment": self.pharaoh(),
-        }
-        return json.dumps(record, ensure_ascii=False)
-
-
-def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Group sentence indices into batches of similar length with at most ``max_tokens`` tokens.
-
-    A batch of n sentences whose longest has L tokens costs n * (L + 1) (the encoder input is
-    ``x EOS``, padded to the longest). Sorting by length (longest first, stable) keeps padding
-    small. A sentence longer than ``max_tokens`` gets a batch of its own.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for i in order:
-        width = max(longest, lengths[i] + 1)
-        if current and (len(current) + 1) * width > max_tokens:
-            batches.append(current)
-            current, width = [], lengths[i] + 1
-        current.append(i)
-        longest = width
-    if current:
-        batches.append(current)
-    return batches
-
-
-class Translator:
+class Translator(TranslationEngine):
     """A model file and its SentencePiece model, ready to translate lines of text."""
 
     def __init__(
@@ -276,32 +180,6 @@ class Translator:
             progress(len(lines) - len(todo))
         return results
 
-    def translate(self, lines: Sequence[str]) -> list[str]:
-        """Translate ``lines``: one translation per line (the best hypothesis), in order."""
-        return [nbest[0][0] for nbest in self.translate_nbest(lines)]
-
-    def translate_nbest(
-        self, lines: Sequence[str], progress: Callable[[int], None] | None = None
-    ) -> list[list[tuple[str, float]]]:
-        """Translate ``lines``; returns per line its n-best (text, score), best first.
-
-        ``progress(n)`` is called after each batch with the number of sentences it held.
-        """
-        encoded = [self.encode(line) if line.strip() else None for line in lines]
-        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
-        todo = [i for i, ids in enumerate(encoded) if ids is not None]
-        lengths = [len(encoded[i]) for i in todo]
-        for batch in token_batches(lengths, self.settings.max_tokens):
-            indices = [todo[j] for j in batch]
-            hyps = self.search([encoded[i] for i in indices])
-            for i, nbest in zip(indices, hyps, strict=True):
-                results[i] = [(self.decode(h.tokens), float(h.score)) for h in nbest]
-            if progress is not None:
-                progress(len(indices))
-        if progress is not None and len(todo) < len(lines):
-            progress(len(lines) - len(todo))
-        return results
-
 
 def find_spm_model(run_dir: str | Path) -> Path:
     """The SentencePiece model a run in ``<results>/runs/<experiment>`` was trained with: the
@@ -361,65 +239,3 @@ def _resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
-
-
-def format_output(
-    results: Iterable[list[tuple[str, float]]], nbest: int, start: int = 0
-) -> Iterator[str]:
-    """One line per sentence; with n-best, Moses format ``i ||| text ||| score`` (``i`` counts
-    from ``start``). A newline the model decoded (a byte-fallback piece) becomes a space, so
-    output line i is always the translation of input line i."""
-    for i, hyps in enumerate(results, start=start):
-        if nbest == 1:
-            yield hyps[0][0].replace("\n", " ")
-        else:
-            for text, score in hyps:
-                yield f"{i} ||| {text.replace(chr(10), ' ')} ||| {score:.6f}"
-
-
-ATTENTION_FORMATS = ("json", "alignment")
-
-
-def format_attention(results: Iterable[SentenceAttention], kind: str) -> Iterator[str]:
-    """One line per sentence: ``json``: ``SentenceAttention.to_json()``; ``alignment``:
-    ``translation ||| i-j ...`` (Marian's ``--alignment`` layout: the translation, then the
-    Pharaoh word alignments)."""
-    if kind not in ATTENTION_FORMATS:
-        raise ConfigError(f"attention format must be one of {list(ATTENTION_FORMATS)}: {kind!r}")
-    for record in results:
-        if kind == "json":
-            yield record.to_json()
-        else:
-            yield f"{record.translation.replace(chr(10), ' ')} ||| {record.pharaoh()}"
-
-
-ENGINES = ("torch", "ctranslate2")
-
-
-def open_translator(
-    engine: str,
-    model_path: str | Path,
-    spm_model_path: str | Path,
-    settings: SearchSettings,
-    device: str = "auto",
-    quantize: str | None = None,
-):
-    """A ``Translator`` (engine ``torch``, a model file) or a ``ct2.Ct2Translator`` (engine
-    ``ctranslate2``, a directory written by ``export-ct2``): the same ``translate`` interface.
-    ``quantize`` (torch engine only): ``quantize_model``."""
-    if engine == "ctranslate2" and quantize is not None:
-        raise ConfigError(
-            "--quantize is for --engine torch; CTranslate2 models are quantised when exported "
-            "(export-ct2 --quantization)"
-        )
-    if engine == "ctranslate2":
-        from transformer_nmt.ct2 import Ct2Translator
-
-        return Ct2Translator(model_path, spm_model_path, settings, device)
-    if engine != "torch":
-        raise ConfigError(f"--engine must be one of {list(ENGINES)}, got {engine!r}")
-    if Path(model_path).is_dir():
-        raise CheckpointError(
-            f"{model_path}: a directory, not a model file (--engine ctranslate2?)"
-        )
-    return Translator(model_path, spm_model_path, settings, device, quantize)

@@ -44,7 +44,7 @@ class TranslatorModel(mlflow.pyfunc.PythonModel):
     """pyfunc model: source sentences in, translations out (beam search, §6.1 settings)."""
 
     def load_context(self, context: Any) -> None:
-        from transformer_nmt.translation import Translator
+        from transformer_nmt.inference.translator import Translator
 
         artifacts = context.artifacts
         with open(artifacts[_SETTINGS], encoding="utf-8") as handle:

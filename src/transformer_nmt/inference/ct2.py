@@ -18,7 +18,7 @@ CTranslate2's own spec API (``TransformerSpec`` of a ``TransformerEncoderSpec`` 
 
 ``transformer_nmt.json`` beside CTranslate2's files records the model config, the step, the
 table length and the vocabulary identity (``vocab.sha256``), so that ``Ct2Translator`` refuses
-another SentencePiece model as ``translation.Translator`` does.
+another SentencePiece model as ``translator.Translator`` does.
 
 Decoding differences from ``search.beam_search`` (documented, not hidden):
 - length penalty: CTranslate2 divides log P(Y | X) by |Y|^α; ours is GNMT's ((5 + |Y|) / 6)^α.
@@ -48,16 +48,16 @@ from typing import Any
 
 import numpy as np
 
-from transformer_nmt.checkpoints import experiment_mismatch, load_model_file
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, load_vocab_info
 from transformer_nmt.errors import CheckpointError, ConfigError, UserFacingError
+from transformer_nmt.inference.engine import TranslationEngine
+from transformer_nmt.runs.checkpoints import experiment_mismatch, load_model_file
 from transformer_nmt.search import Hypothesis, SearchSettings
-from transformer_nmt.translation import Translator
 
 log = logging.getLogger(__name__)
 
 META_FILE = "transformer_nmt.json"
-META_FORMAT = "transformer_nmt.ct2/1"
+META_FORMAT = "transformer_nmt.inference.ct2/1"
 INSTALL_HINT = "install it with: pip install 'transformer_nmt[ct2]' (or: pip install ctranslate2)"
 # Sinusoid rows written by default: sources + outputs up to 1024 positions.
 DEFAULT_MAX_POSITIONS = 1024
@@ -251,8 +251,8 @@ def read_meta(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return meta
 
 
-class Ct2Translator:
-    """The ``translation.Translator`` interface on a CTranslate2 model directory."""
+class Ct2Translator(TranslationEngine):
+    """The ``TranslationEngine`` interface on a CTranslate2 model directory."""
 
     def __init__(
         self,
@@ -325,7 +325,3 @@ class Ct2Translator:
             ]
             for r, cap in zip(results, caps, strict=True)
         ]
-
-    # The same batching, input order and empty lines as the torch engine.
-    translate = Translator.translate
-    translate_nbest = Translator.translate_nbest

@@ -3,6 +3,6 @@ the pyfunc model when it loads a logged translator (no pickled Python object).""
 
 from mlflow.models import set_model
 
-from transformer_nmt.serving import TranslatorModel
+from transformer_nmt.inference.serving import TranslatorModel
 
 set_model(TranslatorModel())

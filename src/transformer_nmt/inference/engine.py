@@ -1,0 +1,86 @@
+"""The interface every translation engine offers, and the batching they share.
+
+An engine (``translator.Translator``: our PyTorch model and ``search.beam_search``;
+``ct2.Ct2Translator``: a CTranslate2 export) supplies three methods:
+
+- ``encode(line)``: one source line as the engine's input tokens (ids or pieces);
+- ``search(sources)``: beam search one batch of encoded sources, per sentence its n-best
+  ``search.Hypothesis`` list, best first;
+- ``decode(tokens)``: target ids back to text;
+
+and ``TranslationEngine`` turns them into ``translate`` / ``translate_nbest`` over lines of text,
+with one batching rule (``token_batches``), input order kept and empty lines answered without
+running the model. The engines import this module; nothing here imports an engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from transformer_nmt.search import Hypothesis, SearchSettings
+
+
+def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Group sentence indices into batches of similar length with at most ``max_tokens`` tokens.
+
+    A batch of n sentences whose longest has L tokens costs n * (L + 1) (the encoder input is
+    ``x EOS``, padded to the longest). Sorting by length (longest first, stable) keeps padding
+    small. A sentence longer than ``max_tokens`` gets a batch of its own.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        width = max(longest, lengths[i] + 1)
+        if current and (len(current) + 1) * width > max_tokens:
+            batches.append(current)
+            current, width = [], lengths[i] + 1
+        current.append(i)
+        longest = width
+    if current:
+        batches.append(current)
+    return batches
+
+
+class TranslationEngine:
+    """Lines of text in, translations out, over an engine's ``encode`` / ``search`` /
+    ``decode`` (subclasses set ``settings`` and define those three)."""
+
+    settings: SearchSettings
+
+    def encode(self, line: str) -> Any:
+        raise NotImplementedError
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        raise NotImplementedError
+
+    def search(self, sources: Sequence[Any]) -> list[list[Hypothesis]]:
+        raise NotImplementedError
+
+    def translate(self, lines: Sequence[str]) -> list[str]:
+        """Translate ``lines``: one translation per line (the best hypothesis), in order."""
+        return [nbest[0][0] for nbest in self.translate_nbest(lines)]
+
+    def translate_nbest(
+        self, lines: Sequence[str], progress: Callable[[int], None] | None = None
+    ) -> list[list[tuple[str, float]]]:
+        """Translate ``lines``; returns per line its n-best (text, score), best first.
+
+        ``progress(n)`` is called after each batch with the number of sentences it held.
+        """
+        encoded = [self.encode(line) if line.strip() else None for line in lines]
+        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
+        todo = [i for i, ids in enumerate(encoded) if ids is not None]
+        lengths = [len(encoded[i]) for i in todo]
+        for batch in token_batches(lengths, self.settings.max_tokens):
+            indices = [todo[j] for j in batch]
+            hyps = self.search([encoded[i] for i in indices])
+            for i, nbest in zip(indices, hyps, strict=True):
+                results[i] = [(self.decode(h.tokens), float(h.score)) for h in nbest]
+            if progress is not None:
+                progress(len(indices))
+        if progress is not None and len(todo) < len(lines):
+            progress(len(lines) - len(todo))
+        return results

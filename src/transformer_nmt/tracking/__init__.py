@@ -1,0 +1,64 @@
+"""MLflow tracking: one MLflow run per pipeline experiment, every stage logging into it.
+
+By concern (each module's docstring gives its decisions):
+
+- ``store``: where the MLflow store is (``tracking_uri``), and using it from many jobs at once
+  (the store lock, retries while SQLite is locked);
+- ``identity``: which MLflow run is a run directory's (``mlflow_run.json``, the run's tags) and
+  supersession when a stage re-runs with changed params;
+- ``stage``: a stage's logging (``stage_run`` → ``StageRun``: params, tags, metrics, artifacts),
+  the CLI's tracking arguments, notices to the terminal, nested runs of a study;
+- ``lineage``: what a run records about its data (``data_record``).
+
+Tracking never imports training or inference code (tests/test_repo.py checks it). MLflow imports
+lazily (its first import takes seconds), so untracked stages and ``--help`` stay fast.
+"""
+
+from transformer_nmt.runs.layout import RUN_RECORD
+from transformer_nmt.tracking.identity import (
+    GIT_COMMIT_TAG,
+    GROUP_TAG,
+    PARENT_RUN_TAG,
+    RUN_DIR_TAG,
+    RUN_TAG,
+    SUPERSEDED_BY_TAG,
+    SUPERSEDES_TAG,
+)
+from transformer_nmt.tracking.lineage import data_record
+from transformer_nmt.tracking.stage import (
+    NOTICE_FD_ENV,
+    StageRun,
+    add_cli_arguments,
+    first_line,
+    flatten_params,
+    git_commit,
+    nest_runs,
+    notice,
+    run_dir_arg,
+    stage_run,
+)
+from transformer_nmt.tracking.store import tracking_uri, with_retry
+
+__all__ = [
+    "GIT_COMMIT_TAG",
+    "GROUP_TAG",
+    "NOTICE_FD_ENV",
+    "PARENT_RUN_TAG",
+    "RUN_DIR_TAG",
+    "RUN_RECORD",
+    "RUN_TAG",
+    "SUPERSEDED_BY_TAG",
+    "SUPERSEDES_TAG",
+    "StageRun",
+    "add_cli_arguments",
+    "data_record",
+    "first_line",
+    "flatten_params",
+    "git_commit",
+    "nest_runs",
+    "notice",
+    "run_dir_arg",
+    "stage_run",
+    "tracking_uri",
+    "with_retry",
+]

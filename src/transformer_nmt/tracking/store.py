@@ -1,0 +1,147 @@
+"""The MLflow store: where it is, and using it from many jobs at once.
+
+* **Where.** ``$MLFLOW_TRACKING_URI``, else the embedded store ``sqlite:///<cwd>/mlflow.db``.
+* **Concurrency.** Several Snakemake jobs may share one SQLite store. Every MLflow call is
+  retried with exponential backoff when the database reports a lock (``with_retry``), and the
+  store creation (schema migration of a fresh database), experiment creation and run
+  find-or-create happen under an exclusive ``fcntl`` file lock (``store_lock``:
+  ``mlruns/.<db>.lock`` beside a SQLite file; a per-URI lock file in the temp dir for other
+  stores, which serialises jobs of one host).
+* **Artifacts** of a SQLite store go to ``<db dir>/mlruns/`` (fixed at experiment creation), so
+  jobs started from different working directories share them.
+
+MLflow imports lazily (its first import takes seconds), so untracked stages stay fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Retry budget for a locked database: ~0.05 s doubling to 2 s per wait, up to 120 s in all.
+_RETRY_TOTAL_S = 120.0
+_RETRY_FIRST_S = 0.05
+_RETRY_MAX_S = 2.0
+
+
+def tracking_uri() -> str:
+    """``$MLFLOW_TRACKING_URI`` or the embedded store ``sqlite:///<cwd>/mlflow.db``."""
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def _is_lock_error(err: BaseException) -> bool:
+    text = f"{type(err).__name__}: {err}".lower()
+    return (
+        "database is locked" in text
+        or "database table is locked" in text
+        or ("operationalerror" in text and "locked" in text)
+    )
+
+
+def with_retry(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call ``fn`` and retry with jittered exponential backoff while the store is locked."""
+    deadline = time.monotonic() + _RETRY_TOTAL_S
+    wait = _RETRY_FIRST_S
+    while True:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:
+            if not _is_lock_error(err) or time.monotonic() + wait > deadline:
+                raise
+            log.debug("MLflow store locked (%s); retrying in %.2f s", err, wait)
+            time.sleep(wait * (0.5 + random.random()))
+            wait = min(wait * 2, _RETRY_MAX_S)
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///") :]
+    if not path or path.startswith(":memory:"):
+        return None
+    return Path(path)
+
+
+def _lock_path(uri: str) -> Path:
+    db = _sqlite_path(uri)
+    if db is not None:  # beside the artifacts (git-ignored mlruns/), not a stray file
+        return db.parent / "mlruns" / f".{db.name}.lock"
+    digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"transformer_nmt-mlflow-{digest}.lock"
+
+
+@contextlib.contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Exclusive inter-process lock for store creation and run find-or-create."""
+    path = _lock_path(uri)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def open_client(uri: str) -> Any:
+    """An ``MlflowClient`` whose store exists (tables migrated) when this returns.
+
+    Call under ``store_lock``: the first client on a fresh SQLite file runs the schema
+    migration, which two processes must not do at once.
+    """
+    from mlflow.tracking import MlflowClient
+
+    db = _sqlite_path(uri)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    client = MlflowClient(tracking_uri=uri)
+    # Touch the store so that its creation (and migration) happens here, under the lock.
+    with_retry(client.search_experiments, max_results=1)
+    return client
+
+
+def get_or_create_experiment(client: Any, uri: str, name: str) -> str:
+    experiment = with_retry(client.get_experiment_by_name, name)
+    if experiment is not None:
+        if experiment.lifecycle_stage == "deleted":
+            with_retry(client.restore_experiment, experiment.experiment_id)
+        return experiment.experiment_id
+    artifact_location = None
+    db = _sqlite_path(uri)
+    if db is not None:
+        artifact_location = (db.resolve().parent / "mlruns" / name).as_uri()
+    return with_retry(client.create_experiment, name, artifact_location=artifact_location)
+
+
+def log_params(client: Any, run_id: str, params: Mapping[str, str]) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(key, value) for key, value in sorted(params.items())]
+    # log_batch accepts at most 100 params per call.
+    for start in range(0, len(items), 100):
+        with_retry(client.log_batch, run_id, params=items[start : start + 100])
+
+
+def set_tags(client: Any, run_id: str, tags: Mapping[str, str]) -> None:
+    from mlflow.entities import RunTag
+
+    items = [RunTag(key, str(value)) for key, value in sorted(tags.items())]
+    for start in range(0, len(items), 100):
+        with_retry(client.log_batch, run_id, tags=items[start : start + 100])

@@ -1,0 +1,106 @@
+"""The house's rules (docs/design.md, "Layout"), read from the package's own import statements:
+no import circle between modules, and the rooms that must not know each other do not."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "transformer_nmt"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if p.stem != "__main__"}
+
+
+def _imports(name: str) -> set[str]:
+    """The package's modules that module ``name`` imports anywhere in its body (top level,
+    inside functions, under TYPE_CHECKING): ``from a.b import c`` counts as ``a.b.c`` when c
+    is a module, else as ``a.b``."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            targets = [
+                f"{node.module}.{alias.name}"
+                if f"{node.module}.{alias.name}" in MODULES
+                else node.module
+                for alias in node.names
+            ]
+        else:
+            continue
+        found.update(t for t in targets if t in MODULES and t != name)
+    return found
+
+
+GRAPH = {name: _imports(name) for name in MODULES}
+
+
+def _reaches(start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in GRAPH[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def _is_package_init(importer: str, imported: str) -> bool:
+    # A package's __init__ re-exporting its own modules is not a circle: Python imports the
+    # package before its modules anyway.
+    return importer.startswith(imported + ".") or imported.startswith(importer + ".")
+
+
+def test_the_graph_is_read_from_the_real_imports() -> None:
+    assert "transformer_nmt.inference.engine" in GRAPH["transformer_nmt.inference.ct2"]
+    assert "transformer_nmt.runs.checkpoints" in GRAPH["transformer_nmt.inference.translator"]
+    assert "transformer_nmt.search" in GRAPH["transformer_nmt.inference.translator"]
+
+
+def test_no_import_circle_between_modules() -> None:
+    circles = sorted(
+        f"{a} -> {b} -> ... -> {a}"
+        for a in GRAPH
+        for b in GRAPH[a]
+        if a in _reaches(b) and not _is_package_init(a, b)
+    )
+    assert circles == []
+
+
+def _rooms(prefix: str) -> list[str]:
+    return [name for name in MODULES if name == prefix or name.startswith(prefix + ".")]
+
+
+def test_inference_and_tracking_never_import_training_code() -> None:
+    """design.md: inference never imports training code; tracking imports neither training nor
+    inference code (directly or through another module)."""
+    bad = []
+    for room, forbidden in (
+        ("transformer_nmt.inference", ("transformer_nmt.training",)),
+        ("transformer_nmt.tracking", ("transformer_nmt.training", "transformer_nmt.inference")),
+        ("transformer_nmt.runs", ("transformer_nmt.training", "transformer_nmt.inference")),
+    ):
+        for name in _rooms(room):
+            bad += [f"{name} -> {m}" for m in sorted(_reaches(name)) if m.startswith(forbidden)]
+    assert bad == []
+
+
+def test_the_inference_wing_imports_no_lightning_in_a_fresh_interpreter() -> None:
+    modules = [m for m in _rooms("transformer_nmt.inference") if not m.endswith("_mlflow_model")]
+    code = (
+        f"import sys, {', '.join(modules)}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'lightning', 'pytorch_lightning',"
+        " 'sacrebleu', 'sacremoses'}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
