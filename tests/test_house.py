@@ -86,6 +86,7 @@ def test_inference_and_tracking_never_import_training_code() -> None:
     bad = []
     for room, forbidden in (
         ("transformer_nmt.inference", ("transformer_nmt.training",)),
+        ("transformer_nmt.translation", ("transformer_nmt.training",)),
         ("transformer_nmt.tracking", ("transformer_nmt.training", "transformer_nmt.inference")),
         ("transformer_nmt.runs", ("transformer_nmt.training", "transformer_nmt.inference")),
     ):
@@ -96,6 +97,7 @@ def test_inference_and_tracking_never_import_training_code() -> None:
 
 def test_the_inference_wing_imports_no_lightning_in_a_fresh_interpreter() -> None:
     modules = [m for m in _rooms("transformer_nmt.inference") if not m.endswith("_mlflow_model")]
+    modules.append("transformer_nmt.translation")  # the API's former home, kept for scripts
     code = (
         f"import sys, {', '.join(modules)}\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'lightning', 'pytorch_lightning',"
@@ -104,3 +106,12 @@ def test_the_inference_wing_imports_no_lightning_in_a_fresh_interpreter() -> Non
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_former_translation_module_offers_the_same_objects() -> None:
+    from transformer_nmt import Translator, translation
+    from transformer_nmt.inference import factory, output
+
+    assert translation.Translator is Translator
+    assert translation.open_translator is factory.open_translator
+    assert translation.SentenceAttention is output.SentenceAttention
