@@ -56,6 +56,15 @@ envvars:
     "TRANSFORMER_NMT_MIRROR",
 
 
+# Where the stages track (config tracking_uri, else $MLFLOW_TRACKING_URI), handed to every job,
+# also on a cluster, like the mirror: not a param, so switching stores re-runs nothing.
+if pipeline.tracking_uri():
+    os.environ["MLFLOW_TRACKING_URI"] = pipeline.tracking_uri()
+
+    envvars:
+        "MLFLOW_TRACKING_URI",
+
+
 # Cheap jobs run in Snakemake's own process, never submitted to a cluster (profiles/slurm).
 report: "workflow/report/workflow.rst"
 

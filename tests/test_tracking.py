@@ -374,3 +374,57 @@ def test_a_failing_store_is_one_notice_and_a_count(
     history = _client(store).get_metric_history(run.run_id, "train/loss")
     assert sorted(m.step for m in history) == [1, 4, 5]
     assert run.client.get_run(run.run_id).info.status == "FINISHED"
+
+
+def _mounts(tmp_path: Path, *entries: tuple[str, str], name: str = "mounts") -> Path:
+    """A /proc/mounts-format table of (mount point, type) entries."""
+    path = tmp_path / name
+    lines = [f"dev{i} {point.replace(' ', chr(92) + '040')} {kind} rw 0 0"
+             for i, (point, kind) in enumerate(entries)]  # fmt: skip
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_the_filesystem_of_a_path_is_that_of_its_longest_mount_point(tmp_path: Path) -> None:
+    from transformer_nmt.tracking.store import filesystem_type
+
+    mounts = _mounts(
+        tmp_path, ("/", "ext4"), ("/home", "nfs4"), ("/home/u/local disk", "xfs"), ("/ho", "tmpfs")
+    )
+    assert filesystem_type(Path("/home/u/mlflow.db"), mounts) == "nfs4"
+    assert filesystem_type(Path("/home/u/local disk/mlflow.db"), mounts) == "xfs"
+    assert filesystem_type(Path("/homework/mlflow.db"), mounts) == "ext4"  # not under /home
+    assert filesystem_type(Path("/home"), mounts) == "nfs4"
+    assert filesystem_type(Path("/x"), tmp_path / "no-such-table") is None
+
+
+def test_sqlite_on_a_network_filesystem_is_warned_of_once_per_job(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from transformer_nmt.tracking.store import sqlite_on_network_filesystem
+
+    on_lustre = _mounts(tmp_path, ("/", "ext4"), (str(tmp_path), "lustre"))
+    on_ext4 = _mounts(tmp_path, ("/", "ext4"), name="mounts-ext4")
+    warning = sqlite_on_network_filesystem(store, on_lustre)
+    assert warning is not None
+    assert str(tmp_path / "mlflow.db") in warning and "(lustre)" in warning
+    assert "tracking_uri" in warning
+    assert sqlite_on_network_filesystem(store, on_ext4) is None
+    assert sqlite_on_network_filesystem("http://127.0.0.1:5000", on_lustre) is None
+
+    monkeypatch.setattr(
+        tracking.stage, "sqlite_on_network_filesystem",
+        lambda uri: sqlite_on_network_filesystem(uri, on_lustre),
+    )  # fmt: skip
+    monkeypatch.setattr(tracking.stage, "_noticed", set())
+    terminal = tmp_path / "terminal.txt"
+    fd = os.open(terminal, os.O_WRONLY | os.O_CREAT)
+    monkeypatch.setenv(tracking.NOTICE_FD_ENV, str(fd))
+    for stage in ("train", "average"):
+        with tracking.stage_run("pair", "exp", stage, run_dir=tmp_path / "run"):
+            pass
+    os.close(fd)
+    (line,) = terminal.read_text().splitlines()
+    assert line == f"transformer_nmt: WARNING: {warning}"

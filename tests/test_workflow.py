@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +260,76 @@ def test_moving_the_registry_or_editing_another_pair_reruns_nothing(
     moved.write_text(yaml.safe_dump(registry), encoding="utf-8")
     jobs = _planned_jobs(_snakemake(pipeline["workdir"], config, "-n"))
     assert "download_multi30k" not in jobs and jobs["prepare_multi30k_en_de"] == 1
+
+
+@pytest.fixture()
+def mlflow_server(tmp_path: Path) -> Iterator[str]:
+    """``mlflow server`` on 127.0.0.1 (a SQLite backend, proxied artifacts), as a cluster's login
+    node would run it (README, "MLflow on a cluster"); stopped after the test, and by
+    ``timeout`` in any case."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    mlflow = Path(sys.executable).with_name("mlflow")
+    cmd = ["timeout", "900", str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port),
+           "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+           "--artifacts-destination", str(tmp_path / "artifacts"), "--workers", "1"]  # fmt: skip
+    log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 (closed after the server)
+    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=5) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "server.log"
+            ).read_text(errors="replace")[-3000:]
+            time.sleep(1)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+        log.close()
+
+
+def test_a_tracking_server_named_in_the_config_receives_every_stage(
+    pipeline: dict[str, Any], mlflow_server: str
+) -> None:
+    """``tracking_uri`` (config) sends every tracked stage of a run to an MLflow server, over
+    the environment's store; switching stores is not a param, so it re-runs nothing."""
+    from mlflow.tracking import MlflowClient
+
+    wd: Path = pipeline["workdir"]
+    config = {**pipeline["config"], "tracking_uri": mlflow_server}
+    assert _planned_jobs(_snakemake(wd, config, "-n")) == {}
+    name = "smoke_b"
+    test_sets = config["experiments"][name]["test_sets"]
+    targets = [f"results/runs/{name}/{t}.scores.json" for t in test_sets]
+    targets.append(f"results/runs/{name}/mlflow_model.json")
+    result = _snakemake(wd, config, "--forcerun", "train", "--", *targets)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    experiment = client.get_experiment_by_name("multi30k_en-de")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.run_name == name and run.info.status == "FINISHED"
+    statuses = {k: v for k, v in run.data.tags.items() if re.match(r"stage\.[^.]+\.status$", k)}
+    assert {"stage.train.status", "stage.average.status", "stage.register.status"} <= set(statuses)
+    assert set(statuses.values()) == {"finished"}
+    assert {f"{t}.bleu" for t in test_sets} <= set(run.data.metrics)
+    scores = {a.path for a in client.list_artifacts(run.info.run_id, "scores")}
+    assert scores == {f"scores/{t}.scores.json" for t in test_sets}  # through the server
+    (model,) = client.search_registered_models()
+    assert model.name == name
+    record = json.loads((wd / "results" / "runs" / name / "mlflow_run.json").read_text())
+    assert record["tracking_uri"] == mlflow_server and record["run_id"] == run.info.run_id
+    # The environment's own store got nothing new.
+    local = MlflowClient(tracking_uri=f"sqlite:///{wd / 'mlflow.db'}")
+    local_experiment = local.get_experiment_by_name("multi30k_en-de")
+    local_runs = local.search_runs([local_experiment.experiment_id])
+    assert sorted(r.info.run_name for r in local_runs) == ["smoke_a", "smoke_b"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -347,6 +348,11 @@ class Pipeline:
             f"--mlflow-experiment {exp['dataset']}_{exp['pair']} --mlflow-run {name}"
             f" --mlflow-run-dir {run_dir}"
         )
+
+    def tracking_uri(self) -> str | None:
+        """``tracking_uri``, else ``$MLFLOW_TRACKING_URI``; None: the stages' own default (the
+        SQLite store ``mlflow.db`` in their working directory)."""
+        return self.config.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI") or None
 
     def mirror(self) -> str | None:
         """``data_mirror`` as an absolute path (None = download from the URLs)."""

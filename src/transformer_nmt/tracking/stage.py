@@ -40,6 +40,7 @@ from transformer_nmt.tracking.store import (
     log_params,
     open_client,
     set_tags,
+    sqlite_on_network_filesystem,
     store_lock,
     tracking_uri,
     with_retry,
@@ -239,6 +240,9 @@ def stage_run(
         yield None
         return
     uri = tracking_uri()
+    shared_sqlite = sqlite_on_network_filesystem(uri)
+    if shared_sqlite:
+        notice(shared_sqlite, topic="mlflow-network-sqlite")
     flat = {**flatten_params(shared_params or {}), **flatten_params(params or {}, prefix=stage)}
     commit = git_commit()
     stage_tags = {f"stage.{stage}.status": "running"}

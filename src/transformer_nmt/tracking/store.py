@@ -45,6 +45,51 @@ def tracking_uri() -> str:
     return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
 
 
+# Filesystems that several machines mount: SQLite's file locks are unreliable there, so jobs on
+# several nodes writing one SQLite store can corrupt it (sqlite.org, "How To Corrupt", §2.1).
+NETWORK_FILESYSTEMS = (
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
+    "fuse.glusterfs", "fuse.sshfs", "fuse.cephfs", "panfs", "wekafs", "9p", "afs",
+)  # fmt: skip
+
+
+def filesystem_type(path: Path, mounts: str | os.PathLike[str] = "/proc/mounts") -> str | None:
+    """The type of the filesystem holding ``path`` (the longest mount point above it in
+    ``mounts``), or None where the mount table cannot be read (not Linux)."""
+    try:
+        table = Path(mounts).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    target = str(path.resolve())
+    best, kind = "", None
+    for line in table:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > len(best):
+            best, kind = point, fields[2]
+    return kind
+
+
+def sqlite_on_network_filesystem(
+    uri: str, mounts: str | os.PathLike[str] = "/proc/mounts"
+) -> str | None:
+    """A warning when ``uri`` is a SQLite file on a network filesystem, else None."""
+    db = _sqlite_path(uri)
+    if db is None:
+        return None
+    kind = filesystem_type(db, mounts)
+    if kind is None or kind not in NETWORK_FILESYSTEMS:
+        return None
+    return (
+        f"MLflow store {db} is a SQLite file on a network filesystem ({kind}): jobs on several "
+        "nodes writing it can corrupt it; run an MLflow server and set tracking_uri "
+        "(README, 'MLflow on a cluster')"
+    )
+
+
 def _is_lock_error(err: BaseException) -> bool:
     text = f"{type(err).__name__}: {err}".lower()
     return (
