@@ -470,14 +470,16 @@ def check_fits(
     vocab_size: int,
     accelerator: str,
     precision: str,
+    device_index: int = 0,
 ) -> Plan:
-    """The train stage's check before its first step: on a CUDA device, measure the worst batch
-    against the device's memory; on a CPU, the estimate against the available RAM. Raises a
-    one-line ConfigError naming ``train.max_tokens`` when it does not fit."""
+    """The train stage's check before its first step: on a CUDA device (``device_index``: this
+    rank's own GPU, ``cluster.local_rank()``), measure the worst batch against the device's
+    memory; on a CPU, the estimate against the available RAM. Raises a one-line ConfigError
+    naming ``train.max_tokens`` when it does not fit."""
     cfg = dataclasses.replace(train_cfg, precision=precision, devices=1)
     on_gpu = accelerator in ("gpu", "cuda") and torch.cuda.is_available()
     if on_gpu:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        device = torch.device("cuda", device_index)
         total = torch.cuda.get_device_properties(device).total_memory
         target = Target("cuda", 1, total, f"{torch.cuda.get_device_name(device)}")
     else:

@@ -36,6 +36,7 @@ from transformer_nmt.training.callbacks import (
     TrainingStopped,
     read_last_validation,
 )
+from transformer_nmt.training.cluster import local_rank
 from transformer_nmt.training.config import (
     TrainConfig,
     resolve,
@@ -134,7 +135,9 @@ def plan_start(
     )
     if point.step < train_cfg.max_steps:
         accelerator, precision = resolve_accelerator(train_cfg), resolve_precision(train_cfg)
-        fit = check_fits(model_cfg, train_cfg, vocab.size, accelerator, precision)
+        fit = check_fits(
+            model_cfg, train_cfg, vocab.size, accelerator, precision, device_index=local_rank()
+        )
         log.info(
             "pre-flight: the worst-case batch %d x %d needs %.2f GiB (%s) of %.1f GiB usable",
             fit.batch, fit.width, fit.peak_bytes / GIB, fit.peak_source,

@@ -12,7 +12,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
@@ -28,6 +27,7 @@ from transformer_nmt.training.callbacks import (
     StopOnSignal,
     Throughput,
 )
+from transformer_nmt.training.cluster import cluster_environment
 from transformer_nmt.training.config import Resolved, TrainConfig, resolve, resolve_strategy
 
 
@@ -58,12 +58,8 @@ def build_trainer(
     """A ``lightning.Trainer`` from ``cfg`` (and its ``resolved`` values, computed here when not
     given): checkpoints in ``<run_dir>/checkpoints``."""
     resolved = resolved or resolve(cfg)
-    # Under SLURM, Snakemake's executor owns resubmission and a rerun resumes from checkpoints/
-    # (resume.start_point): Lightning's own requeue on SIGUSR1, with its hpc_ckpt_*.ckpt
-    # files (which it would also prefer on resume), stays off.
-    plugins: list[Any] = [AtomicCheckpointIO()]
-    if SLURMEnvironment.detect():
-        plugins.append(SLURMEnvironment(auto_requeue=False))
+    # The cluster environment (cluster.py): the same one the pre-flight took its device from.
+    plugins: list[Any] = [AtomicCheckpointIO(), cluster_environment()]
     checkpoint = StepCheckpoint(run_dir / CHECKPOINT_DIR, cfg)
     all_callbacks: list[Callback] = [
         checkpoint,
