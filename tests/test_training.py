@@ -21,6 +21,7 @@ from transformer_nmt.data.token_array import TokenArray, write_token_array
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.runs.checkpoints import list_checkpoints, load_checkpoint
 from transformer_nmt.training.config import (
+    STRATEGIES,
     TrainConfig,
     accumulation,
     resolve_precision,
@@ -135,6 +136,8 @@ def test_train_config_unknown_key_is_named() -> None:
         ("loss_chunk_tokens", 0),
         ("compile", "yes"),
         ("lr_scale", True),
+        ("strategy", "fsdp"),  # sharded: the per-token gradient rescaling needs whole gradients
+        ("strategy", "deepspeed"),
     ],
 )
 def test_train_config_bad_value_names_the_key(key: str, value: object) -> None:
@@ -739,8 +742,9 @@ def test_mlflow_logger_shifts_steps_and_survives_a_tracking_outage(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_two_process_ddp_disjoint_batches_and_single_checkpoints(
-    corpus: dict[str, Path], tmp_path: Path
+    corpus: dict[str, Path], tmp_path: Path, strategy: str
 ) -> None:
     run = tmp_path / "run"
     env = {**os.environ, "TRANSFORMER_NMT_TRACE_BATCHES": str(run / "trace")}
@@ -750,6 +754,7 @@ def test_two_process_ddp_disjoint_batches_and_single_checkpoints(
         run,
         max_steps=6,
         devices=2,
+        strategy=strategy,
         checkpoint_every_steps=3,
         val_every_steps=3,
         val_bleu_sentences=4,

@@ -20,6 +20,11 @@ import torch
 
 from transformer_nmt.errors import ConfigError
 
+# The strategies that are tested (tests/test_training.py trains two DDP processes with each):
+# "auto" (DDP with gloo on CPU / NCCL on GPU when several processes train) and Lightning's "ddp".
+# Sharded strategies (fsdp, deepspeed) would need the gradient rescaling reworked and are not
+# offered.
+STRATEGIES = ("auto", "ddp")
 PRECISIONS = ("auto", "32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "64-true")
 
 
@@ -197,6 +202,12 @@ def _validate(cfg: TrainConfig) -> None:
     for key in ("accelerator", "strategy"):
         if not isinstance(getattr(cfg, key), str):
             raise ConfigError(f"train config key {key!r} must be a string")
+    if cfg.strategy not in STRATEGIES:
+        raise ConfigError(
+            f"train config key 'strategy' must be one of {list(STRATEGIES)}, got "
+            f"{cfg.strategy!r} (sharded strategies such as fsdp/deepspeed are not supported: the "
+            "per-token gradient rescaling assumes whole gradients on every rank)"
+        )
 
 
 # --- resolution of the "auto" settings ---------------------------------------------------------
