@@ -67,15 +67,23 @@ USABLE_FRACTION = 0.9
 
 @dataclass(frozen=True)
 class Throughput:
-    """Target tokens/s of one device training a preset, and where the number comes from."""
+    """Target tokens/s of one device training a preset, and where the number comes from;
+    ``precision``: the one it was measured in (None: whatever the plan uses), a plan in another
+    precision does not use it."""
 
     tgt_tokens_per_s: float
     source: str
+    precision: str | None = None
 
 
-# Recorded training throughputs per (preset, device kind): real target tokens per second of
-# one device, as measured in benchmarks/RESULTS.md. No GPU number is recorded yet (no GPU was
-# lent to the sessions that measured): `plan --measure` on a GPU machine, or --tokens-per-s.
+# NVIDIA DeepLearningExamples, PyTorch/Translation/Transformer (fairseq's transformer-big,
+# pre-LN, WMT14 EN-DE, tokens/s averaged over an epoch, pytorch-22.06 NGC container), one GPU.
+_NVIDIA_DLE = "published: NVIDIA DeepLearningExamples PyTorch Transformer README, transformer-big"
+
+# Training throughputs per (preset, device kind): target tokens per second of one device. Our
+# own measurements (benchmarks/RESULTS.md) where we have them; published ones otherwise, each
+# labelled with its source. No GPU of ours has measured yet (issue: a GPU run): `plan` on a GPU
+# machine measures, or --tokens-per-s gives a number.
 RECORDED_THROUGHPUT: dict[tuple[str, str], Throughput] = {
     ("tiny", "cpu"): Throughput(
         3183,
@@ -86,6 +94,20 @@ RECORDED_THROUGHPUT: dict[tuple[str, str], Throughput] = {
         233,
         "benchmarks/RESULTS.md, bench_training.py --steps 5 (fp32, 2-core EPYC VM, 2026-11-22)",
     ),
+    # A100 40GB: AMP (fp16) 82,059 tokens/s at 10,240 tokens per GPU (TF32: 51,057). Our
+    # precision there is bf16-mixed, which runs at the same tensor-core rate on Ampere; the
+    # 80GB card has the same compute.
+    **{
+        ("big", kind): Throughput(82059, f"{_NVIDIA_DLE}, DGX A100 40GB, AMP", "bf16-mixed")
+        for kind in ("a100", "a100-40", "a100-80")
+    },
+    # V100: no bf16, so `auto` trains in fp32 there: FP32 8,742 tokens/s (16GB, 2,560 tokens per
+    # GPU) and 9,827 (32GB, DGX-2); AMP fp16 would give 32,942 / 39,911.
+    **{
+        ("big", kind): Throughput(8742, f"{_NVIDIA_DLE}, DGX-1 V100 16GB, FP32", "32-true")
+        for kind in ("v100", "v100-16")
+    },
+    ("big", "v100-32"): Throughput(9827, f"{_NVIDIA_DLE}, DGX-2 V100 32GB, FP32", "32-true"),
 }
 
 
@@ -312,6 +334,11 @@ def cpu_target() -> Target:
     return Target("cpu", 1, ram, f"this machine's available RAM ({ram / GIB:.1f} GiB)")
 
 
+def _canonical(precision: str) -> str:
+    """Lightning's short precision names as their long ones ("32" is "32-true")."""
+    return {"32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}.get(precision, precision)
+
+
 def resolve_plan_precision(train_cfg: TrainConfig, target: Target) -> str:
     """``precision: auto`` on the target: bf16-mixed on a GPU kind with bf16, else 32-true."""
     if train_cfg.precision != "auto":
@@ -393,6 +420,8 @@ def plan_experiment(
     rows, width, est = worst_batch(model_cfg, cfg, vocab_size, precision, params)
     peak, source = est.total, "estimated"
     throughput = RECORDED_THROUGHPUT.get((preset, target.kind))
+    if throughput is not None and throughput.precision not in (None, _canonical(precision)):
+        throughput = None  # measured in another precision: not this plan's speed
     if measure_on is not None:
         measured = measure_peak_bytes(
             model_cfg, vocab_size, rows, width, precision, measure_on,
