@@ -352,6 +352,63 @@ def test_resume_continues_step_lr_data_and_weights(
     assert main(train_argv(corpus, split, max_steps=30)) == 2
 
 
+def test_a_new_batch_geometry_resumes_with_the_step_and_the_schedule(
+    corpus: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """max_tokens halves the accumulation (the update keeps tokens_per_update): the run goes on
+    from its newest checkpoint, with the step count, the §5.3 schedule and Adam's state, and
+    says so; nothing is moved aside."""
+    run = tmp_path / "run"
+    first = {"max_tokens": 64, "tokens_per_update": 128}  # 2 micro-batches per update
+    assert main(train_argv(corpus, run, max_steps=10, **first)) == 0
+    caplog.set_level(logging.INFO)
+    assert main(train_argv(corpus, run, max_steps=20, max_tokens=128, tokens_per_update=128)) == 0
+    assert "in a new batch geometry (train.max_tokens: 64 -> 128)" in caplog.text
+    assert not (run / "superseded").exists()
+    summary = json.loads((run / "train_summary.json").read_text())
+    assert summary["resumed_from"] == "step=00000010.ckpt" and summary["final_step"] == 20
+    assert summary["train_config"]["max_tokens"] == 128
+    ckpt = load_checkpoint(run / "checkpoints" / "step=00000020.ckpt")
+    assert ckpt["lr_schedulers"][0]["last_epoch"] == 20
+    lr_next = paper_lr(21, 32, warmup=10)
+    assert ckpt["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(lr_next)
+    assert ckpt["optimizer_states"][0]["state"][0]["step"] == 20
+    # A change of tokens_per_update changes the update itself: that trains from scratch.
+    assert main(train_argv(corpus, run, max_steps=20, max_tokens=128, tokens_per_update=256)) == 0
+    assert "train.tokens_per_update: 128 -> 256" in caplog.text
+    assert (run / "superseded").is_dir()
+
+
+def test_a_new_geometry_continues_the_epoch_after_the_same_share_of_its_batches(
+    corpus: dict[str, Path],
+) -> None:
+    from torch.utils.data import DataLoader
+
+    from transformer_nmt.training.resume import ResumableDataLoader
+
+    src = TokenArray(corpus["bin"] / "train.en")
+    tgt = TokenArray(corpus["bin"] / "train.de")
+
+    def loader(max_tokens: int) -> ResumableDataLoader:
+        sampler = TokenBatchSampler(src.lengths, tgt.lengths, max_tokens=max_tokens, shuffle=True)
+        return ResumableDataLoader(DataLoader(range(len(src)), sampler=sampler, batch_size=None))
+
+    small, large = loader(64), loader(128)
+    assert len(small) > len(large) > 1
+    small.sampler.set_epoch(2)
+    small.consumed = len(small) // 2
+    state = small.state_dict()
+    assert state == {"epoch": 2, "consumed": len(small) // 2, "batches": len(small)}
+    large.load_state_dict(state)
+    assert large.sampler.epoch == 2
+    assert large.sampler.skip == round(state["consumed"] * len(large) / len(small))
+    same = loader(64)
+    same.load_state_dict(state)  # the same geometry resumes exactly where it was
+    assert same.sampler.skip == state["consumed"]
+    same.load_state_dict({"epoch": 2, "consumed": 3})  # a state saved before "batches" existed
+    assert same.sampler.skip == 3
+
+
 def test_changed_learning_settings_retrain_and_keep_the_old_checkpoints_aside(
     corpus: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

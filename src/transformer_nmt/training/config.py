@@ -97,11 +97,19 @@ class TrainConfig:
         return cls(**values)
 
 
-# Keys a resumed run may change: they decide how long, where and how visibly a run trains, not
-# what it learns. Every other key (and the model config and vocabulary) is part of the run's
-# ``learning_fingerprint``: a change there trains from scratch.
+# The batch geometry: how one update's tokens are cut into micro-batches and computed. A change
+# (after an out-of-memory error, or moving from eight GPUs to one) keeps the update's token
+# budget (tokens_per_update, by gradient accumulation), the §5.3 schedule and Adam's state, so a
+# run resumes from its newest checkpoint with a notice, as fairseq resumes with a new
+# --max-tokens.
+GEOMETRY_KEYS = ("max_tokens", "devices", "num_nodes", "precision")
+
+# Keys a resumed run may change: they decide how long, where, in what batch geometry and how
+# visibly a run trains, not what it learns. Every other key (and the model config and
+# vocabulary) is part of the run's ``learning_fingerprint``: a change there trains from scratch.
 RESUMABLE_KEYS = frozenset(
     {
+        *GEOMETRY_KEYS,
         "max_steps",
         "checkpoint_every_minutes",
         "checkpoint_every_steps",

@@ -36,7 +36,13 @@ from transformer_nmt.errors import CheckpointError, ConfigError
 from transformer_nmt.io_utils import write_json
 from transformer_nmt.runs import checkpoints as ckpt_lib
 from transformer_nmt.runs.layout import SUPERSEDED_DIR
-from transformer_nmt.training.config import TrainConfig, learning_fingerprint, learning_settings
+from transformer_nmt.training.config import (
+    GEOMETRY_KEYS,
+    RESUMABLE_KEYS,
+    TrainConfig,
+    learning_fingerprint,
+    learning_settings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +96,22 @@ def _changes(
     )
     if mismatch:
         return mismatch
-    before, now = dict(record.get("train") or {}), learning_settings(cfg)
+    # A checkpoint from before a key became resumable recorded it among the learning settings.
+    before = {k: v for k, v in (record.get("train") or {}).items() if k not in RESUMABLE_KEYS}
+    now = learning_settings(cfg)
     keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+    if not keys:
+        return ""
     return "changed " + ", ".join(f"train.{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in keys)
+
+
+def geometry_change(payload: Mapping[str, Any], cfg: TrainConfig) -> str:
+    """``train.max_tokens: 3125 -> 12500, ...``: how the batch geometry (``GEOMETRY_KEYS``) of
+    this job differs from the one that wrote the checkpoint ``payload``; "" when it does not."""
+    before = (payload.get("hyper_parameters") or {}).get("train_config") or {}
+    now = cfg.to_dict()
+    keys = [k for k in GEOMETRY_KEYS if k in before and before[k] != now[k]]
+    return ", ".join(f"train.{k}: {before[k]!r} -> {now[k]!r}" for k in keys)
 
 
 def start_point(
@@ -135,6 +154,7 @@ def start_point(
     fingerprint = learning_fingerprint(model_config, vocab_sha256, train_cfg)
     step = int(payload.get("global_step", ckpt_lib.checkpoint_step(newest) or 0))
     reason = None
+    changes = ""
     if record["fingerprint"] != fingerprint:
         changes = _changes(
             payload,
@@ -144,6 +164,7 @@ def start_point(
             vocab_sha256=vocab_sha256,
             cfg=train_cfg,
         )
+    if changes:
         reason = f"{newest.name} learned from other settings: {changes}"
     elif step >= train_cfg.max_steps and _finished_with(checkpoint_dir, train_cfg):
         reason = (
@@ -157,6 +178,14 @@ def start_point(
                 "starting from scratch: %s; its checkpoints moved to %s", reason, superseded
             )
         return ResumePoint(superseded=superseded, reason=reason)
+    geometry = geometry_change(payload, train_cfg)
+    if geometry and step < train_cfg.max_steps:
+        log.warning(
+            "resuming from %s at step %d in a new batch geometry (%s): the update's token budget "
+            "(train.tokens_per_update %d), the schedule and the optimizer state carry over; the "
+            "epoch continues from the same share of its batches",
+            newest.name, step, geometry, train_cfg.tokens_per_update,
+        )  # fmt: skip
     if step > train_cfg.max_steps:
         raise ConfigError(
             f"train config key 'max_steps' is {train_cfg.max_steps} but {newest} is already at "
@@ -257,10 +286,20 @@ class ResumableDataLoader(DataLoader):
             yield batch
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.sampler.epoch, "consumed": int(self.consumed)}
+        return {
+            "epoch": self.sampler.epoch,
+            "consumed": int(self.consumed),
+            "batches": len(self.sampler),
+        }
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         epoch, consumed = int(state["epoch"]), int(state["consumed"])
+        saved_batches = int(state.get("batches", len(self.sampler)))
+        if saved_batches != len(self.sampler) and saved_batches > 0:
+            # Another batch geometry (max_tokens, ranks) cuts the epoch into another number of
+            # batches: continue after the same share of the epoch (batches hold similar token
+            # counts, so a share of batches is about that share of the data).
+            consumed = round(consumed * len(self.sampler) / saved_batches)
         if consumed >= len(self.sampler):  # saved at the end of an epoch: start the next one
             epoch, consumed = epoch + 1, 0
         self.sampler.set_epoch(epoch)
