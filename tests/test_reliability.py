@@ -17,6 +17,7 @@ import torch
 from tests.test_training import (  # noqa: F401  (corpus: the fixture)
     REPO_ROOT,
     corpus,
+    read_trace,
     spawn_training,
     train_argv,
 )
@@ -126,6 +127,61 @@ def test_a_signal_saves_a_checkpoint_and_exits_non_zero_then_resumes(
     assert f"stopped by {name} at step {step} (newest checkpoint: {saved.name})" in text
     assert not (run / "train_summary.json").exists()
     assert main(train_argv(corpus, run, max_steps=step + 5, checkpoint_every_steps=5)) == 0
+
+
+@pytest.mark.slow
+def test_a_signal_to_ddp_ranks_stops_them_at_one_update_and_the_resumed_run_matches(
+    corpus: dict[str, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """SIGUSR1 (SLURM's warning before the time limit) to every rank of a two-process gloo run,
+    as SLURM sends it: all ranks stop at the same update with one checkpoint and a non-zero
+    exit; the resumed run ends with the weights of an uninterrupted one."""
+    steps = 12
+    common = {"devices": 2, "max_steps": steps, "checkpoint_every_steps": 100_000}
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    done = subprocess.run([sys.executable, "-m", "transformer_nmt",
+                           *train_argv(corpus, whole, **common)],
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    log = tmp_path / "train.log"
+    trace = split / "trace"
+    with open(log, "w") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "transformer_nmt", *train_argv(corpus, split, **common)],
+            env={**env, "TRANSFORMER_NMT_TRACE_BATCHES": str(trace)},
+            stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:  # both ranks past their third update
+            lines = [p.read_text().count("\n") for p in trace.glob("rank*.jsonl")]
+            if len(lines) == 2 and min(lines) >= 3:
+                break
+            assert proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGUSR1)  # every process of the job, as SLURM signals
+        code = proc.wait(timeout=120)
+    text = log.read_text()
+    assert code == 2, text[-3000:]
+    (saved,) = list_checkpoints(split / "checkpoints")
+    step = load_checkpoint(saved)["global_step"]
+    assert 3 <= step < steps
+    assert f"stopped by SIGUSR1 at step {step} (newest checkpoint: {saved.name})" in text
+    ranks = [read_trace(p) for p in sorted(trace.glob("rank*.jsonl"))]
+    assert [len(r) for r in ranks] == [step, step]  # both ranks stopped after that update
+
+    resumed = subprocess.run([sys.executable, "-m", "transformer_nmt",
+                              *train_argv(corpus, split, **common)],
+                             env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = f"step={steps:08d}.ckpt"
+    a = load_checkpoint(whole / "checkpoints" / final)["state_dict"]
+    b = load_checkpoint(split / "checkpoints" / final)["state_dict"]
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
 
 
 def _tracked(argv: list[str]) -> list[str]:

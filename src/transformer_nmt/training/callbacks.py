@@ -70,15 +70,19 @@ class TrainingStopped(Exception):
 
 
 class StopOnSignal(Callback):
-    """SIGTERM (what SLURM and Snakemake send) and SIGINT (Ctrl-C) stop training at the end of
-    the current update, where the state is whole: a single-process run saves a checkpoint
-    there, then ``fit`` ends with ``TrainingStopped``.
+    """SIGTERM (what SLURM and Snakemake send), SIGUSR1 (what SLURM sends before a time limit
+    with ``--signal=USR1@<s>``, profiles/slurm) and SIGINT (Ctrl-C) stop training at the end of
+    the current update, where the state is whole: the run saves one checkpoint there, then
+    ``fit`` ends with ``TrainingStopped`` (the job exits non-zero, Snakemake's retry resubmits
+    it and it resumes from that checkpoint).
 
-    In a single process both signals are taken over here (a second one stops at once). In DDP,
-    SIGTERM stays Lightning's (it stops all ranks together at the next batch; the periodic
-    checkpoints are the resume point there), and SIGINT of rank 0 likewise waits for the end of
-    the update but saves nothing.
+    Every rank takes the signals over (Lightning's own SIGTERM handler, which kills the other
+    ranks, is replaced). In DDP the ranks agree at each update's end whether any of them got a
+    signal (one all-reduce of a flag per update), so all of them stop at the same update and
+    save one checkpoint together. A second signal to a rank stops it at once.
     """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
     def __init__(self, checkpoint: StepCheckpoint) -> None:
         self.checkpoint = checkpoint
@@ -89,8 +93,7 @@ class StopOnSignal(Callback):
         self._previous_step = trainer.global_step
         if threading.current_thread() is not threading.main_thread():
             return
-        signals = [signal.SIGINT] + ([signal.SIGTERM] if trainer.world_size == 1 else [])
-        for signum in signals:
+        for signum in self.SIGNALS:
             self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum, frame) -> None:
@@ -103,12 +106,19 @@ class StopOnSignal(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         stepped, self._previous_step = step != self._previous_step, step
+        if not stepped or step >= trainer.max_steps:
+            return  # mid-accumulation (wait for the update's end), or done anyway
         name = self._received or ("SIGTERM" if trainer.received_sigterm else None)
-        if name is None or not stepped or step >= trainer.max_steps:
-            return  # no signal, mid-accumulation (wait for the update's end), or done anyway
-        # the periodic checkpoint of this step may already be written
+        if trainer.world_size > 1:  # every rank stops if any rank got a signal
+            if not trainer.strategy.reduce_boolean_decision(name is not None, all=False):
+                return
+            name = name or "a signal to another rank"
+        elif name is None:
+            return
+        # the periodic checkpoint of this step may already be written (rank 0 decides for all)
         saved = (Path(self.checkpoint.dirpath) / checkpoint_name(step)).is_file()
-        if not saved and trainer.world_size == 1:
+        saved = trainer.strategy.broadcast(saved, src=0)
+        if not saved:  # every rank calls the save; rank 0 writes the file
             candidates = self.checkpoint._monitor_candidates(trainer)
             self.checkpoint._save_topk_checkpoint(trainer, candidates)
             saved = True
