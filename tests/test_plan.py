@@ -248,7 +248,7 @@ def test_check_fits_passes_and_reports_on_cpu() -> None:
 @pytest.mark.parametrize(
     ("kind", "precision", "rate"),
     [("a100", "bf16-mixed", 82059), ("a100-80", "bf16-mixed", 82059),
-     ("v100", "32-true", 8742), ("v100-32", "32-true", 9827)],
+     ("v100", "16-mixed", 32942), ("v100-32", "16-mixed", 39911)],
 )  # fmt: skip
 def test_big_on_a_published_gpu_gets_hours_with_the_source_named(
     kind: str, precision: str, rate: float, capsys: pytest.CaptureFixture[str]
@@ -259,7 +259,7 @@ def test_big_on_a_published_gpu_gets_hours_with_the_source_named(
     )
     assert code == 0
     cells = _rows(out)["wmt14_en_de_big"]
-    assert cells[2] == precision  # precision auto: bf16 where the GPU has it, else fp32
+    assert cells[2] == precision  # precision auto: bf16 where the GPU has it, else fp16 AMP
     tokens = int(cells[4].split()[0].replace(",", ""))
     steps_per_hour = rate * 8 * 3600 / tokens
     assert cells[11] == f"{300_000 / steps_per_hour:,.1f}"  # the recipe's 300k steps
@@ -271,10 +271,10 @@ def test_a_published_speed_is_not_used_for_another_precision(
 ) -> None:
     recipe = REPO_ROOT / "config" / "experiments" / "wmt14_en_de_big.yaml"
     config = yaml.safe_load(recipe.read_text())
-    config["experiments"]["wmt14_en_de_big"]["train"]["precision"] = "16-mixed"
-    path = tmp_path / "fp16.yaml"
+    config["experiments"]["wmt14_en_de_big"]["train"]["precision"] = "32-true"
+    path = tmp_path / "fp32.yaml"
     path.write_text(yaml.safe_dump(config))
     code, out, _ = _plan(capsys, "--configfile", str(path), "--gpu-kind", "v100", "--estimate-only")
     assert code == 0
-    assert _rows(out)["wmt14_en_de_big"][11] == "n/a"  # the V100 number is FP32's
+    assert _rows(out)["wmt14_en_de_big"][11] == "n/a"  # the V100 number is fp16 AMP's
     assert "no recorded throughput for big on v100" in out

@@ -255,11 +255,13 @@ def resolve_devices(cfg: TrainConfig) -> int:
 
 
 def resolve_precision(cfg: TrainConfig) -> str:
-    """ "auto": bf16-mixed on a CUDA device that supports bf16, else 32-true."""
+    """ "auto": bf16-mixed on a CUDA device that supports bf16 (Ampere and newer), 16-mixed
+    (fp16 with dynamic loss scaling) on an older one (V100: ~3.8x its fp32 speed), else 32-true."""
     if cfg.precision != "auto":
         return cfg.precision
-    on_gpu = resolve_accelerator(cfg) in ("gpu", "cuda") and torch.cuda.is_available()
-    return "bf16-mixed" if on_gpu and torch.cuda.is_bf16_supported() else "32-true"
+    if not (resolve_accelerator(cfg) in ("gpu", "cuda") and torch.cuda.is_available()):
+        return "32-true"
+    return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
 
 
 def world_size(cfg: TrainConfig) -> int:

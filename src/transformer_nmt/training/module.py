@@ -14,6 +14,7 @@ weights are therefore ``model.*`` (``checkpoints.MODEL_PREFIX``).
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -32,6 +33,8 @@ from transformer_nmt.training.objective import (
     chunked_label_smoothed_cross_entropy,
     label_smoothed_cross_entropy,
 )
+
+log = logging.getLogger(__name__)
 
 
 class NonFiniteLossError(UserFacingError):
@@ -61,6 +64,7 @@ class TranslationModule(L.LightningModule):
         # §5.4 label smoothing eps_ls is part of the model config (Table 3 row D varies it).
         self.eps_ls = self.cfg.eps_ls
         self._check_grad_finite = True
+        self.overflow_steps = 0  # updates the loss scaler skipped (fp16) in this job
         self._update_sums: torch.Tensor | None = None  # this update's sums (training_step)
         self.measured_now: set[str] = set()  # metric names of the newest validation
 
@@ -159,13 +163,21 @@ class TranslationModule(L.LightningModule):
             scale = self.trainer.accumulate_grad_batches * self.trainer.world_size
             torch._foreach_mul_(grads, scale / max(tgt_tokens, 1.0))
             norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)  # foreach kernels
-            if self._check_grad_finite and not bool(torch.isfinite(norm)):
+            finite = bool(torch.isfinite(norm))
+            if not finite and self._check_grad_finite:
                 raise NonFiniteLossError(
                     f"non-finite gradient norm ({float(norm)}) at step {self.global_step + 1}; "
                     "stopping before the optimizer step. Lower train.lr_scale or set "
                     "train.clip_grad_norm, then resume from the last good checkpoint"
                 )
-            self.log("train/grad_norm", norm, on_step=True)
+            if not finite:  # fp16: the loss scaler skips this update and lowers its scale
+                self.overflow_steps += 1
+                log.info(
+                    "fp16 overflow at step %d: the loss scaler skips this update (%d so far)",
+                    self.global_step + 1, self.overflow_steps,
+                )  # fmt: skip
+            else:
+                self.log("train/grad_norm", norm, on_step=True)
         nll = nll_sum / max(tgt_tokens, 1.0)
         self.log("train/loss", loss_sum / max(tgt_tokens, 1.0), on_step=True, prog_bar=True)
         self.log("train/nll", nll, on_step=True)
@@ -248,11 +260,17 @@ class TranslationModule(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         cfg = self.train_cfg
         # Lightning has moved the model to its device by now: fused Adam where torch has it.
+        # Not with fp16's loss scaler: fused Adam unscales inside its step, so Lightning would
+        # not unscale before on_before_optimizer_step, and the per-token rescaling, the gradient
+        # norm and its clipping must see the unscaled gradients.
+        trainer = self._trainer  # None when called outside fit (tests, tools)
+        precision = trainer.precision if trainer is not None else self.train_cfg.precision
+        fused = self.device.type in FUSED_ADAM_DEVICES and precision != "16-mixed"
         optimizer = build_optimizer(
             self.parameters(),
             betas=tuple(cfg.adam_betas),
             eps=cfg.adam_eps,
-            fused=True if self.device.type in FUSED_ADAM_DEVICES else None,
+            fused=True if fused else None,
         )
         scheduler = build_scheduler(
             optimizer, d_model=self.cfg.d_model, warmup=cfg.warmup, scale=cfg.lr_scale

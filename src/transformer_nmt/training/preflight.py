@@ -41,7 +41,8 @@ GIB = 1024**3
 @dataclass(frozen=True)
 class GpuKind:
     """A GPU model: its memory (GiB, as sold) and whether it computes in bf16 (``precision:
-    auto`` picks bf16-mixed there, as ``training.config.resolve_precision`` does on the device)."""
+    auto`` picks bf16-mixed there and 16-mixed elsewhere, as ``training.config.resolve_precision``
+    does on the device)."""
 
     memory_gib: float
     bf16: bool
@@ -101,13 +102,13 @@ RECORDED_THROUGHPUT: dict[tuple[str, str], Throughput] = {
         ("big", kind): Throughput(82059, f"{_NVIDIA_DLE}, DGX A100 40GB, AMP", "bf16-mixed")
         for kind in ("a100", "a100-40", "a100-80")
     },
-    # V100: no bf16, so `auto` trains in fp32 there: FP32 8,742 tokens/s (16GB, 2,560 tokens per
-    # GPU) and 9,827 (32GB, DGX-2); AMP fp16 would give 32,942 / 39,911.
+    # V100: no bf16, so `auto` trains in fp16 with loss scaling there: AMP 32,942 tokens/s (16GB,
+    # 5,120 tokens per GPU) and 39,911 (32GB, DGX-2, 10,240); FP32 gives 8,742 / 9,827.
     **{
-        ("big", kind): Throughput(8742, f"{_NVIDIA_DLE}, DGX-1 V100 16GB, FP32", "32-true")
+        ("big", kind): Throughput(32942, f"{_NVIDIA_DLE}, DGX-1 V100 16GB, AMP", "16-mixed")
         for kind in ("v100", "v100-16")
     },
-    ("big", "v100-32"): Throughput(9827, f"{_NVIDIA_DLE}, DGX-2 V100 32GB, FP32", "32-true"),
+    ("big", "v100-32"): Throughput(39911, f"{_NVIDIA_DLE}, DGX-2 V100 32GB, AMP", "16-mixed"),
 }
 
 
@@ -340,14 +341,15 @@ def _canonical(precision: str) -> str:
 
 
 def resolve_plan_precision(train_cfg: TrainConfig, target: Target) -> str:
-    """``precision: auto`` on the target: bf16-mixed on a GPU kind with bf16, else 32-true."""
+    """``precision: auto`` on the target, as ``training.config.resolve_precision`` decides on the
+    device: bf16-mixed on a GPU kind with bf16, 16-mixed on one without, 32-true on a CPU."""
     if train_cfg.precision != "auto":
         return train_cfg.precision
     if target.kind == "cpu":
         return "32-true"
     kind = GPU_KINDS.get(target.kind)
     bf16 = kind.bf16 if kind else torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    return "bf16-mixed" if bf16 else "32-true"
+    return "bf16-mixed" if bf16 else "16-mixed"
 
 
 @dataclass(frozen=True)

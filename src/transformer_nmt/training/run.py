@@ -273,6 +273,8 @@ def train_run(
     (throughput,) = [cb for cb in trainer.callbacks if isinstance(cb, Throughput)]
     metrics["train/tgt_tokens_per_s"] = throughput.last_rate
     metrics["train/tgt_tokens_per_s_mean"] = throughput.mean_tgt_tokens_per_s()
+    if trainer.precision == "16-mixed":  # updates the loss scaler skipped in this job
+        metrics["train/overflow_steps"] = float(module.overflow_steps)
     if mlflow_logger is not None:
         summary["mlflow_points_lost"] = mlflow_logger.points_lost
         if mlflow_logger.points_lost:

@@ -1,0 +1,90 @@
+"""fp16 mixed precision with dynamic loss scaling (`precision: auto` on GPUs without bf16, e.g.
+V100), on CPU: an overflowed update is skipped and counted and never stops the run, and the
+per-token gradient rescaling sees unscaled gradients. The inf step is faked by poisoning one
+gradient after backward, as an fp16 overflow leaves it."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.plugins.precision import MixedPrecision
+from torch.amp.grad_scaler import OptState
+from torch.utils.data import DataLoader
+
+from tests.test_loss_normalisation import VOCAB, _batches, _model_config
+from transformer_nmt.training.config import TrainConfig, resolve_precision
+from transformer_nmt.training.module import TranslationModule
+
+INIT_SCALE = 2.0**10
+POISONED_STEP = 2  # global_step during the poisoned update (the third)
+
+
+class Probe(TranslationModule):
+    """Poisons one gradient during update ``POISONED_STEP``; records the scaler's stage when the
+    per-token rescaling runs, and the weights around each update."""
+
+    def __init__(self, *args, scaler: torch.amp.GradScaler, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.scaler = scaler
+        self.stages: list[OptState] = []
+        self.before: dict[int, torch.Tensor] = {}
+        self.after: dict[int, torch.Tensor] = {}
+
+    def _weights(self) -> torch.Tensor:
+        return torch.cat([p.detach().flatten().clone() for p in self.parameters()])
+
+    def on_after_backward(self) -> None:
+        self.before[self.global_step] = self._weights()
+        if self.global_step == POISONED_STEP:
+            next(self.parameters()).grad.view(-1)[0] = float("inf")
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        self.stages.append(self.scaler._per_optimizer_states[id(optimizer)]["stage"])
+        super().on_before_optimizer_step(optimizer)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        self.after[self.global_step - 1] = self._weights()
+
+
+def test_an_overflowed_update_is_skipped_counted_and_the_run_goes_on() -> None:
+    torch.manual_seed(0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE)
+    steps = 5
+    train = {"accelerator": "cpu", "max_steps": steps, "warmup": 2}
+    module = Probe(_model_config(), dict(VOCAB), train, scaler=scaler)
+    trainer = L.Trainer(
+        accelerator="cpu", devices=1, max_steps=steps, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        plugins=[MixedPrecision("16-mixed", "cpu", scaler)],
+    )  # fmt: skip
+    batches = _batches([(2, 5), (3, 4), (2, 6)] * 2)
+    trainer.fit(module, DataLoader(batches, batch_size=None))
+
+    assert trainer.precision == "16-mixed" and trainer.global_step == steps  # never stopped
+    assert module.overflow_steps == 1
+    # Lightning unscaled before the per-token rescaling (foreach Adam, not fused, under fp16).
+    assert module.stages == [OptState.UNSCALED] * steps
+    assert not trainer.optimizers[0].defaults.get("fused")
+    # The skipped update left the weights as they were; the others moved them.
+    assert torch.equal(module.before[POISONED_STEP], module.after[POISONED_STEP])
+    for step in set(range(steps)) - {POISONED_STEP}:
+        assert not torch.equal(module.before[step], module.after[step]), step
+    assert scaler.get_scale() == INIT_SCALE * scaler.get_backoff_factor()
+
+
+@pytest.mark.parametrize(
+    ("cuda", "bf16", "expected"),
+    [(True, True, "bf16-mixed"), (True, False, "16-mixed"), (False, False, "32-true")],
+    ids=["ampere", "v100", "no-gpu"],
+)
+def test_auto_precision_is_fp16_with_loss_scaling_on_gpus_without_bf16(
+    cuda: bool, bf16: bool, expected: str
+) -> None:
+    with (
+        mock.patch("torch.cuda.is_available", return_value=cuda),
+        mock.patch("torch.cuda.is_bf16_supported", return_value=bf16),
+    ):
+        assert resolve_precision(TrainConfig(accelerator="gpu" if cuda else "cpu")) == expected
