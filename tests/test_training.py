@@ -477,7 +477,11 @@ def test_log_lines_show_progress_eta_window_loss_and_validation_once(
 
     caplog.set_level(logging.INFO, logger="transformer_nmt.training.callbacks")
     assert main(train_argv(corpus, tmp_path / "run", max_steps=10, val_every_steps=10)) == 0
-    lines = [r.getMessage() for r in caplog.records if r.name.endswith("callbacks")]
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("transformer_nmt.training.callbacks")
+    ]
     progress = [line for line in lines if line.startswith("step ")]
     assert [line.split("  ")[0] for line in progress] == ["step 5/10 (50%)", "step 10/10 (100%)"]
     for line in progress:
