@@ -58,8 +58,7 @@ envvars:
 
 # Where the stages track (config tracking_uri, else $MLFLOW_TRACKING_URI), handed to every job,
 # also on a cluster, like the mirror: not a param, so switching stores re-runs nothing.
-if pipeline.tracking_uri():
-    os.environ["MLFLOW_TRACKING_URI"] = pipeline.tracking_uri()
+if pipeline.export_tracking_uri():
 
     envvars:
         "MLFLOW_TRACKING_URI",

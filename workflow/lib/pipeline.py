@@ -354,6 +354,15 @@ class Pipeline:
         SQLite store ``mlflow.db`` in their working directory)."""
         return self.config.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI") or None
 
+    def export_tracking_uri(self) -> bool:
+        """Put ``tracking_uri()`` into this process's ``$MLFLOW_TRACKING_URI``, which every job
+        inherits (the Snakefile then declares it in ``envvars`` for cluster jobs); False when
+        there is none (the stages' default store)."""
+        uri = self.tracking_uri()
+        if uri:
+            os.environ["MLFLOW_TRACKING_URI"] = uri
+        return uri is not None
+
     def mirror(self) -> str | None:
         """``data_mirror`` as an absolute path (None = download from the URLs)."""
         mirror = self.config.get("data_mirror")
