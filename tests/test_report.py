@@ -189,3 +189,56 @@ def test_train_overlap_from_the_cleaning_report_is_beside_each_score(tmp_path: P
     clean.write_text(json.dumps({"splits": splits}), encoding="utf-8")
     with pytest.raises(DataError, match=r"clean_report.json: no train_overlap for test_2016"):
         build_report(paths, EXPERIMENTS)
+
+
+def test_each_score_is_shown_with_its_bootstrap_interval_in_report_csv_and_landing_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import csv
+    from types import SimpleNamespace
+
+    from docutils.core import publish_parts
+    from jinja2 import Environment
+
+    refs = [f"Ein Hund Nummer {i} rennt im Park ." for i in range(40)]
+    hyps = [r if i % 3 else r.replace("rennt", "läuft") for i, r in enumerate(refs)]
+    (tmp_path / "h.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    (tmp_path / "r.txt").write_text("\n".join(refs) + "\n", encoding="utf-8")
+    scores = tmp_path / "results" / "runs" / "m30k" / "test_2016_flickr.scores.json"
+    hyp_ref = ["--hyp", str(tmp_path / "h.txt"), "--ref", str(tmp_path / "r.txt")]
+    assert main(["score", *hyp_ref, "--tgt-lang", "de", "--out", str(scores)]) == 0
+    data = json.loads(scores.read_text(encoding="utf-8"))
+    bleu, ci = data["bleu"]["score"], data["bleu"]["ci95"]
+    cell = f"{bleu:.2f} [{ci['low']:.2f}, {ci['high']:.2f}]"
+
+    out, table = tmp_path / "results" / "report.md", tmp_path / "results" / "report_table.csv"
+    experiments = json.dumps({"m30k": EXPERIMENTS["m30k"]})
+    args = ["report", "--scores", str(scores), "--out", str(out), "--table-csv", str(table)]
+    assert main([*args, "--experiments", experiments]) == 0
+    text = out.read_text(encoding="utf-8")
+    (row,) = _table_rows(text)
+    assert row[5] == cell and "95% CI" in text
+    chrf = data["chrf"]
+    assert row[6] == f"{chrf['score']:.2f} [{chrf['ci95']['low']:.2f}, {chrf['ci95']['high']:.2f}]"
+    header, csv_row = list(csv.reader(table.read_text(encoding="utf-8").splitlines()))
+    assert header[5] == "BLEU [95% CI]" and csv_row == row
+
+    # The Snakemake report's landing page (workflow/report/workflow.rst, rendered as Snakemake
+    # renders it: Jinja with the report's files, then docutils) shows the table.
+    monkeypatch.chdir(tmp_path)
+    rst = (Path(__file__).parent.parent / "workflow" / "report" / "workflow.rst").read_text()
+    files = [SimpleNamespace(target="report_table.csv", path=Path("results/report_table.csv"))]
+    html = publish_parts(Environment().from_string(rst).render(files=files), writer="html")
+    assert f"<td>{cell}</td>" in html["html_body"]
+    empty = publish_parts(Environment().from_string(rst).render(files=[]), writer="html")
+    assert "<table" not in empty["html_body"]
+
+
+def test_a_malformed_interval_names_the_file_and_how_to_recover(tmp_path: Path) -> None:
+    path = _scores(tmp_path / "m30k", "test", 30.0)
+    data = json.loads(path.read_text())
+    data["bleu"]["ci95"] = {"low": "x"}
+    path.write_text(json.dumps(data))
+    message = r"test\.scores\.json: 'bleu\.ci95' needs .*re-run the score"
+    with pytest.raises(DataError, match=message):
+        build_report([path], {})

@@ -172,3 +172,63 @@ def test_cli_logs_scores_into_the_experiments_mlflow_run(
     assert run.data.tags["test_2016_flickr.bleu_signature"] == data["bleu"]["signature"]
     artifacts = [a.path for a in client.list_artifacts(run.info.run_id, "scores")]
     assert artifacts == ["scores/test_2016_flickr.scores.json"]
+
+
+def test_each_score_has_sacrebleus_own_bootstrap_interval() -> None:
+    from sacrebleu.metrics import BLEU
+
+    refs = [f"ein hund {w} im park nummer {i} ." for i, w in enumerate("läuft spielt sitzt" * 20)]
+    hyps = [r if i % 3 else r.replace("park", "garten") for i, r in enumerate(refs)]
+    scores = score_lines(hyps, refs, "de", resamples=200)
+    # the interval is the one sacreBLEU computes itself (`sacrebleu --confidence`)
+    own = BLEU().corpus_score(hyps, [refs], n_bootstrap=200)
+    ci = scores.bleu["ci95"]
+    assert ci["resamples"] == 200
+    assert ci["mean"] == pytest.approx(own._mean)
+    assert ci["high"] - ci["low"] == pytest.approx(2 * own._ci)
+    assert "bs:200" in scores.bleu["signature"]
+    for key in ("bleu", "chrf", "bleu_paper", "bleu_lc_tok"):
+        low, high = getattr(scores, key)["ci95"]["low"], getattr(scores, key)["ci95"]["high"]
+        assert low < getattr(scores, key)["score"] < high
+    # no resampling: no interval, and the plain signature
+    plain = score_lines(hyps, refs, "de", resamples=0)
+    assert "ci95" not in plain.bleu and "bs:" not in plain.bleu["signature"]
+    assert plain.bleu["score"] == pytest.approx(scores.bleu["score"])
+
+
+def test_cli_logs_the_intervals_into_mlflow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    refs = [f"Ein Hund Nummer {i} rennt im Park ." for i in range(30)]
+    hyps = [r if i % 2 else r.replace("rennt", "läuft") for i, r in enumerate(refs)]
+    hyp, ref = _write(tmp_path / "h.txt", hyps), _write(tmp_path / "r.txt", refs)
+    out = tmp_path / "runs" / "demo" / "test_2016_flickr.scores.json"
+    args = ["score", "--hyp", str(hyp), "--ref", str(ref), "--tgt-lang", "de", "--out", str(out)]
+    tracking = ["--mlflow-experiment", "multi30k_en-de", "--mlflow-run", "demo"]
+    assert main([*args, "--bootstrap-resamples", "100", *tracking]) == 0
+    data = json.loads(out.read_text(encoding="utf-8"))
+
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("multi30k_en-de").experiment_id])
+    metrics = run.data.metrics
+    for key in ("bleu", "chrf", "bleu_paper", "bleu_lc_tok"):
+        ci, name = data[key]["ci95"], f"test_2016_flickr.{key}"
+        assert metrics[f"{name}_ci95_low"] == pytest.approx(ci["low"])
+        assert metrics[f"{name}_ci95_high"] == pytest.approx(ci["high"])
+        assert metrics[f"{name}_ci95_low"] < metrics[name] < metrics[f"{name}_ci95_high"]
+    assert "bs:100" in run.data.tags["test_2016_flickr.bleu_signature"]
+
+
+def test_cli_refuses_a_negative_number_of_resamples(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hyp, ref = _write(tmp_path / "h.txt", ["a"]), _write(tmp_path / "r.txt", ["a"])
+    out = tmp_path / "x.scores.json"
+    args = ["score", "--hyp", str(hyp), "--ref", str(ref), "--tgt-lang", "de", "--out", str(out)]
+    assert main([*args, "--bootstrap-resamples", "-5"]) == 2
+    assert "--bootstrap-resamples: -5 is negative" in capsys.readouterr().err
+    assert not out.exists()

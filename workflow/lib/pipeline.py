@@ -52,6 +52,7 @@ RUN_FIGURES_DIR = (
 ATTENTION_MAP = RUN_FIGURES_DIR + "/attention_{line}.png"  # line: 1-based line of the test set
 ATTENTION_MAP_CSV = RUN_FIGURES_DIR + "/attention_{line}.csv"  # the figure's numbers
 REPORT = "results/report.md"
+REPORT_TABLE = "results/report_table.csv"  # the report's results table (the report's landing page)
 FIGURES_DIR = "results/figures"  # the report's figures: runs/{experiment}/, pairs/{D}_{P}/
 
 

@@ -132,6 +132,13 @@ rule report:
             category="Results",
             labels={"table": "all experiments"},
         ),
+        # the same table as CSV: workflow/report/workflow.rst puts it on the landing page
+        table=report(
+            paths.REPORT_TABLE,
+            caption="../report/results.rst",
+            category="Results",
+            labels={"table": "all experiments (CSV)"},
+        ),
         # learning curves, dev BLEU against averaged checkpoints (evaluation/figures.py): a
         # directory, since which figures exist depends on the runs (each PNG has its CSV)
         figures=report(
@@ -155,6 +162,6 @@ rule report:
         studies=paths.canonical_json(pipeline.report_studies()),
     shell:
         "python -m transformer_nmt report --scores {input.scores:q} --runs-dir results/runs"
-        " --out {output.report:q} --figures-dir {output.figures:q}"
+        " --out {output.report:q} --table-csv {output.table:q} --figures-dir {output.figures:q}"
         " --experiments {params.experiments:q} --studies {params.studies:q}"
         " --mlflow > {log:q} 2>&1"

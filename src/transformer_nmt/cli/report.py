@@ -16,9 +16,9 @@ from typing import Any
 from transformer_nmt.errors import ConfigError, DataError
 from transformer_nmt.evaluation.report import (
     SCORES_SUFFIX,
-    build_report,
     collect_score_files,
     known_experiments,
+    read_report,
     render_figures,
 )
 from transformer_nmt.io_utils import atomic_open, read_lines, write_json
@@ -35,6 +35,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="results/runs/{experiment}/{test_set}.scores.json",
     )
     parser.add_argument("--out", required=True, help="the Markdown report to write")
+    parser.add_argument(
+        "--table-csv",
+        type=Path,
+        default=None,
+        help="also write the results table (scores with their 95%% bootstrap intervals) as CSV, "
+        "e.g. results/report_table.csv (the Snakemake report's landing page shows it)",
+    )
     parser.add_argument(
         "--experiments",
         default="{}",
@@ -183,8 +190,8 @@ def study_sections(
                 metrics.setdefault(name, {}).update(
                     {
                         f"{test_set}.bleu_p_value": result.p_value,
-                        f"{test_set}.bleu_ci95_low": low,
-                        f"{test_set}.bleu_ci95_high": high,
+                        f"{test_set}.bleu_paired_ci95_low": low,
+                        f"{test_set}.bleu_paired_ci95_high": high,
                     }
                 )
         if results:
@@ -203,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
     for path in paths:
         if path.parent.name in experiments:
             write_json(path.parent / EXPERIMENT_FILE, experiments[path.parent.name])
-    text = build_report(paths, experiments)
+    report = read_report(paths, experiments)
+    text = report.markdown()
     figures = None
     if args.figures_dir is not None:
         figures = _figures(paths, experiments, args.figures_dir)
@@ -213,6 +221,9 @@ def run(args: argparse.Namespace) -> int:
     text += "".join(f"\n{section}" for section in sections.values())
     with atomic_open(args.out) as handle:
         handle.write(text)
+    if args.table_csv is not None:
+        with atomic_open(args.table_csv) as handle:
+            handle.write(report.table_csv())
     log.info("wrote %s (%d score files)", args.out, len(paths))
     if args.mlflow:
         run_dirs = {path.parent.name: path.parent for path in paths}  # results/runs/<name>

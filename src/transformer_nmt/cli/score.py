@@ -7,8 +7,9 @@ import logging
 from pathlib import Path
 
 from transformer_nmt import tracking
+from transformer_nmt.errors import ConfigError
 from transformer_nmt.evaluation.report import SCORES_SUFFIX
-from transformer_nmt.evaluation.score import score_files
+from transformer_nmt.evaluation.score import DEFAULT_RESAMPLES, score_files
 from transformer_nmt.io_utils import write_json
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", required=True, help=f"where to write the scores JSON (<test_set>{SCORES_SUFFIX})"
     )
+    parser.add_argument(
+        "--bootstrap-resamples",
+        type=int,
+        default=DEFAULT_RESAMPLES,
+        help="each score's 95%% bootstrap interval from this many resamples (sacreBLEU's "
+        "--confidence-n; 0 = no interval)",
+    )
     tracking.add_cli_arguments(parser)
 
 
@@ -34,20 +42,35 @@ def test_set_name(out: str | Path) -> str:
     return name[: -len(SCORES_SUFFIX)] if name.endswith(SCORES_SUFFIX) else Path(out).stem
 
 
+def score_metrics(test_set: str, payload: dict) -> dict[str, float]:
+    """``<test set>.<metric>`` and, with an interval, ``<test set>.<metric>_ci95_low/_high``."""
+    metrics = {}
+    for key in _METRICS:
+        metrics[f"{test_set}.{key}"] = payload[key]["score"]
+        ci = payload[key].get("ci95")
+        if ci is not None:
+            metrics[f"{test_set}.{key}_ci95_low"] = ci["low"]
+            metrics[f"{test_set}.{key}_ci95_high"] = ci["high"]
+    return metrics
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.bootstrap_resamples < 0:
+        raise ConfigError(f"--bootstrap-resamples: {args.bootstrap_resamples} is negative")
     test_set = test_set_name(args.out)
+    # (the resamples are in the signature tags: bs:N)
     params = {"tgt_lang": args.tgt_lang, "hyp": str(args.hyp), "ref": str(args.ref)}
     # One score job per test set runs in parallel: a qualified stage name keeps their params apart.
     with tracking.stage_run(
         args.mlflow_experiment, args.mlflow_run, f"score.{test_set}", params,
         run_dir=tracking.run_dir_arg(args),
     ) as tracked:  # fmt: skip
-        scores = score_files(args.hyp, args.ref, args.tgt_lang)
+        scores = score_files(args.hyp, args.ref, args.tgt_lang, args.bootstrap_resamples)
         payload = {"hyp": str(args.hyp), "ref": str(args.ref), "tgt_lang": args.tgt_lang}
         payload.update(scores.to_dict())
         write_json(args.out, payload)
         if tracked is not None:
-            tracked.log_metrics({f"{test_set}.{k}": payload[k]["score"] for k in _METRICS})
+            tracked.log_metrics(score_metrics(test_set, payload))
             tracked.set_tags(
                 {
                     f"{test_set}.bleu_signature": scores.bleu["signature"],

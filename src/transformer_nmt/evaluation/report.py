@@ -6,13 +6,18 @@ preset) comes from the config, so the paper's number can be put beside the WMT14
 Beside each score, the test set's overlap with the training data comes from the pair's cleaning
 report ``results/data/{dataset}/{pair}/clean_report.json`` (``splits.<test set>.train_overlap``,
 written by ``prepare``), found from the scores file's place in ``results/runs/``.
+Each BLEU and chrF is shown with its 95% bootstrap interval ``[low, high]`` when the scores file
+has one (``ci95``, computed by ``score`` with sacreBLEU's bootstrap); older files show the bare
+number. ``render_table_csv`` writes the same table as CSV (the Snakemake report's landing page).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +56,8 @@ class ReportRow:
     sentences: int
     scores: dict[str, float]  # key in _SCORE_KEYS -> score
     signatures: dict[str, str]  # "bleu"/"chrf" -> sacreBLEU signature
+    # key in _SCORE_KEYS -> the 95% bootstrap interval (low, high), when the scores file has it
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def paper_bleu(self) -> float | None:
@@ -76,11 +83,21 @@ def load_row(path: str | Path, experiments: Mapping[str, Mapping[str, Any]]) -> 
         raise DataError(f"{path}: expected a JSON object")
     experiment = path.parent.name
     scores: dict[str, float] = {}
+    intervals: dict[str, tuple[float, float]] = {}
     for key in _SCORE_KEYS:
         entry = _require(data, key, path)
         if not isinstance(entry, dict) or not isinstance(entry.get("score"), int | float):
             raise DataError(f"{path}: key '{key}' has no numeric 'score'")
         scores[key] = float(entry["score"])
+        ci = entry.get("ci95")
+        if ci is not None:
+            try:
+                intervals[key] = (float(ci["low"]), float(ci["high"]))
+            except (TypeError, KeyError, ValueError) as err:
+                raise DataError(
+                    f"{path}: '{key}.ci95' needs numeric 'low' and 'high' ({err!r}); "
+                    "re-run the score stage to rewrite it"
+                ) from err
     info = experiments.get(experiment, {})
     return ReportRow(
         experiment=experiment,
@@ -91,6 +108,7 @@ def load_row(path: str | Path, experiments: Mapping[str, Mapping[str, Any]]) -> 
         sentences=int(_require(data, "sentences", path)),
         scores=scores,
         signatures={k: str(data[k].get("signature", "")) for k in ("bleu", "chrf")},
+        intervals=intervals,
     )
 
 
@@ -121,6 +139,54 @@ def _fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}"
 
 
+def _score_cell(row: ReportRow, key: str) -> str:
+    """ "35.25 [34.10, 36.42]": the score and its 95% bootstrap interval, when known."""
+    interval = row.intervals.get(key)
+    if interval is None:
+        return _fmt(row.scores[key])
+    return f"{row.scores[key]:.2f} [{interval[0]:.2f}, {interval[1]:.2f}]"
+
+
+TABLE_HEADER = (
+    "experiment", "data", "preset", "test set", "sentences", "BLEU [95% CI]", "chrF [95% CI]",
+    "tok. BLEU [95% CI]", "paper", "lc tok. BLEU [95% CI]", "train overlap",
+)  # fmt: skip
+
+
+def table_cells(
+    rows: Iterable[ReportRow], overlaps: Mapping[tuple[str, str], str] | None = None
+) -> list[list[str]]:
+    """The results table's cells, one list per experiment × test set (``TABLE_HEADER``)."""
+    overlaps = overlaps or {}
+    return [
+        [
+            r.experiment,
+            f"{r.dataset} {r.pair}" if r.dataset and r.pair else "—",
+            r.preset or "—",
+            r.test_set,
+            str(r.sentences),
+            _score_cell(r, "bleu"),
+            _score_cell(r, "chrf"),
+            _score_cell(r, "bleu_paper"),
+            _fmt(r.paper_bleu),
+            _score_cell(r, "bleu_lc_tok"),
+            overlaps.get((r.experiment, r.test_set), "—"),
+        ]
+        for r in sorted(rows, key=lambda r: (r.experiment, r.test_set))
+    ]
+
+
+def render_table_csv(
+    rows: Iterable[ReportRow], overlaps: Mapping[tuple[str, str], str] | None = None
+) -> str:
+    """The results table as CSV (header ``TABLE_HEADER``)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(TABLE_HEADER)
+    writer.writerows(table_cells(rows, overlaps))
+    return out.getvalue()
+
+
 def render_report(
     rows: Iterable[ReportRow],
     selections: Mapping[str, Mapping[str, Any]] | None = None,
@@ -144,21 +210,15 @@ def render_report(
         "literature reports (every letter lowercased, also non-ASCII; `multi-bleu.perl -lc` "
         "lowercases ASCII only, so it is close but not equal). *train overlap*: test sentences "
         "whose (source, target) pair also occurs in the training data, and how many sources and "
-        "targets do (NFKC, lowercased, whitespace collapsed; lines listed in clean_report.json).",
+        "targets do (NFKC, lowercased, whitespace collapsed; lines listed in clean_report.json). "
+        "*[95% CI]*: sacreBLEU's bootstrap interval of the score (the test set's sentences "
+        "resampled with replacement, the resamples in the signature as `bs:`): two systems whose "
+        "intervals overlap may not differ; the config key `significance` tests a difference.",
         "",
-        "| experiment | data | preset | test set | sentences | BLEU | chrF | tok. BLEU | paper "
-        "| lc tok. BLEU | train overlap |",
+        "| " + " | ".join(TABLE_HEADER) + " |",
         "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in rows:
-        data = f"{r.dataset} {r.pair}" if r.dataset and r.pair else "—"
-        lines.append(
-            f"| {r.experiment} | {data} | {r.preset or '—'} | {r.test_set} | {r.sentences} "
-            f"| {_fmt(r.scores['bleu'])} | {_fmt(r.scores['chrf'])} "
-            f"| {_fmt(r.scores['bleu_paper'])} | {_fmt(r.paper_bleu)} "
-            f"| {_fmt(r.scores['bleu_lc_tok'])} "
-            f"| {overlaps.get((r.experiment, r.test_set), '—')} |"
-        )
+    lines += ["| " + " | ".join(cells) + " |" for cells in table_cells(rows, overlaps)]
     if selections:
         lines += [
             "",
@@ -209,10 +269,33 @@ def known_experiments(
     return {**known, **experiments}
 
 
+@dataclass(frozen=True)
+class ReportData:
+    """What the report shows: a row per scores file, the dev-set selections beside them, the
+    train-overlap cells."""
+
+    rows: list[ReportRow]
+    selections: dict[str, Any]
+    overlaps: dict[tuple[str, str], str]
+
+    def markdown(self) -> str:
+        return render_report(self.rows, self.selections, self.overlaps)
+
+    def table_csv(self) -> str:
+        return render_table_csv(self.rows, self.overlaps)
+
+
 def build_report(
     score_paths: Iterable[str | Path], experiments: Mapping[str, Mapping[str, Any]]
 ) -> str:
     """Read every scores file (and the dev-set selections beside them) and render the report."""
+    return read_report(score_paths, experiments).markdown()
+
+
+def read_report(
+    score_paths: Iterable[str | Path], experiments: Mapping[str, Mapping[str, Any]]
+) -> ReportData:
+    """Read every scores file and the dev-set selections beside them."""
     paths = [Path(p) for p in score_paths]
     experiments = known_experiments(paths, experiments)
     rows = [load_row(p, experiments) for p in paths]
@@ -231,7 +314,7 @@ def build_report(
         (r.experiment, r.test_set): train_overlap_cell(p, r)
         for p, r in zip(paths, rows, strict=True)
     }
-    return render_report(rows, selections, overlaps)
+    return ReportData(rows, selections, overlaps)
 
 
 def render_figures(figures: ReportFigures, report_dir: str | Path) -> str:

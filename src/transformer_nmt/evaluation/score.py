@@ -13,6 +13,12 @@ Three views of the same hypotheses:
   literature reports. Close to, not equal to, ``multi-bleu.perl -lc``: sacreBLEU lowercases
   with Python's ``str.lower`` (every letter, ``Ä`` -> ``ä``), Perl's ``lc`` without a UTF-8
   locale only ASCII letters, so German nouns with umlauts may count differently.
+
+Each score also carries its **95% bootstrap interval** (``ci95``), sacreBLEU's own
+``corpus_score(..., n_bootstrap=N)`` (the ``sacrebleu --confidence`` code path, Koehn 2004): N
+test sets drawn with replacement from the sentences, the interval the bootstrap mean ± half the
+2.5-97.5 percentile range of their scores (``Score.estimate_ci``). The draws are seeded
+(``$SACREBLEU_SEED``, default 12345) and the signature says so (``bs:N|seed:...``).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from sacremoses import MosesTokenizer
 
 from transformer_nmt.errors import DataError
 from transformer_nmt.io_utils import read_lines
+
+DEFAULT_RESAMPLES = 1000  # sacreBLEU's --confidence-n default
 
 # tensor2tensor get_ende_bleu.sh: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'
 # Python's re.sub is non-overlapping left to right like perl's /g:
@@ -77,29 +85,52 @@ def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
     return [tokenizer.tokenize(line, return_str=True, escape=True) for line in lines]
 
 
-def _bleu_dict(metric: BLEU, hyps: Sequence[str], refs: Sequence[str]) -> dict[str, Any]:
-    result = metric.corpus_score(list(hyps), [list(refs)])
-    return {
-        "score": float(result.score),
-        "precisions": [float(p) for p in result.precisions],
-        "bp": float(result.bp),
-        "sys_len": int(result.sys_len),
-        "ref_len": int(result.ref_len),
-        "signature": str(metric.get_signature()),
-    }
+def _score_dict(
+    metric: BLEU | CHRF, hyps: Sequence[str], refs: Sequence[str], resamples: int
+) -> tuple[Any, dict[str, Any]]:
+    """sacreBLEU's score of ``hyps`` and, with ``resamples`` > 1, its bootstrap interval
+    ``ci95``: ``{"low", "high", "mean", "resamples"}``."""
+    result = metric.corpus_score(list(hyps), [list(refs)], n_bootstrap=resamples)
+    entry: dict[str, Any] = {"score": float(result.score)}
+    if resamples > 1:
+        # sacreBLEU's own estimate (Score.estimate_ci, what `sacrebleu --confidence` prints as
+        # "μ = mean ± ci"); the Score keeps it in these two attributes only.
+        mean, half = result._mean, result._ci
+        entry["ci95"] = {
+            "low": float(mean - half),
+            "high": float(mean + half),
+            "mean": float(mean),
+            "resamples": resamples,
+        }
+    entry["signature"] = str(metric.get_signature())
+    return result, entry
 
 
-def score_lines(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str) -> ScoreSet:
-    """Score aligned hypothesis and reference lines (same length, one sentence each)."""
+def _bleu_dict(
+    metric: BLEU, hyps: Sequence[str], refs: Sequence[str], resamples: int
+) -> dict[str, Any]:
+    result, entry = _score_dict(metric, hyps, refs, resamples)
+    entry.update(
+        precisions=[float(p) for p in result.precisions],
+        bp=float(result.bp),
+        sys_len=int(result.sys_len),
+        ref_len=int(result.ref_len),
+    )
+    return entry
+
+
+def score_lines(
+    hyps: Sequence[str], refs: Sequence[str], tgt_lang: str, resamples: int = DEFAULT_RESAMPLES
+) -> ScoreSet:
+    """Score aligned hypothesis and reference lines (same length, one sentence each); each
+    score with its 95% bootstrap interval from ``resamples`` draws (0 or 1: none)."""
     if len(hyps) != len(refs):
         raise DataError(f"{len(hyps)} hypotheses but {len(refs)} references")
     if not hyps:
         raise DataError("nothing to score: no sentences")
 
-    bleu = _bleu_dict(BLEU(), hyps, refs)
-    chrf_metric = CHRF()
-    chrf_result = chrf_metric.corpus_score(list(hyps), [list(refs)])
-    chrf = {"score": float(chrf_result.score), "signature": str(chrf_metric.get_signature())}
+    bleu = _bleu_dict(BLEU(), hyps, refs, resamples)
+    _, chrf = _score_dict(CHRF(), hyps, refs, resamples)
 
     hyps_tok = moses_tokenize(hyps, tgt_lang)
     refs_tok = moses_tokenize(refs, tgt_lang)
@@ -108,14 +139,20 @@ def score_lines(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str) -> Scor
         BLEU(**on_tokens),
         [split_compounds(h) for h in hyps_tok],
         [split_compounds(r) for r in refs_tok],
+        resamples,
     )
     bleu_paper["method"] = PAPER_BLEU_METHOD
-    bleu_lc_tok = _bleu_dict(BLEU(lowercase=True, **on_tokens), hyps_tok, refs_tok)
+    bleu_lc_tok = _bleu_dict(BLEU(lowercase=True, **on_tokens), hyps_tok, refs_tok, resamples)
     bleu_lc_tok["method"] = LC_TOK_BLEU_METHOD
     return ScoreSet(len(hyps), bleu, chrf, bleu_paper, bleu_lc_tok)
 
 
-def score_files(hyp_path: str | Path, ref_path: str | Path, tgt_lang: str) -> ScoreSet:
+def score_files(
+    hyp_path: str | Path,
+    ref_path: str | Path,
+    tgt_lang: str,
+    resamples: int = DEFAULT_RESAMPLES,
+) -> ScoreSet:
     """Score a hypothesis file against a reference file; line counts must match."""
     hyps = read_lines(hyp_path)
     refs = read_lines(ref_path)
@@ -126,4 +163,4 @@ def score_files(hyp_path: str | Path, ref_path: str | Path, tgt_lang: str) -> Sc
         )
     if not hyps:
         raise DataError(f"nothing to score: {hyp_path} and {ref_path} are empty")
-    return score_lines(hyps, refs, tgt_lang)
+    return score_lines(hyps, refs, tgt_lang, resamples)
