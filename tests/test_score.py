@@ -206,6 +206,12 @@ def test_cli_logs_the_intervals_into_mlflow(
     refs = [f"Ein Hund Nummer {i} rennt im Park ." for i in range(30)]
     hyps = [r if i % 2 else r.replace("rennt", "läuft") for i, r in enumerate(refs)]
     hyp, ref = _write(tmp_path / "h.txt", hyps), _write(tmp_path / "r.txt", refs)
+    # prepare's report beside the references names the dataset pair: the test set's raw files
+    # (config/datasets.yaml) become the run's dataset inputs
+    pair = {"dataset": "multi30k", "pair": "en-de"}
+    (tmp_path / "clean_report.json").write_text(json.dumps(pair))
+    monkeypatch.delenv("TRANSFORMER_NMT_REGISTRY", raising=False)
+    monkeypatch.delenv("TRANSFORMER_NMT_MIRROR", raising=False)
     out = tmp_path / "runs" / "demo" / "test_2016_flickr.scores.json"
     args = ["score", "--hyp", str(hyp), "--ref", str(ref), "--tgt-lang", "de", "--out", str(out)]
     tracking = ["--mlflow-experiment", "multi30k_en-de", "--mlflow-run", "demo"]
@@ -221,6 +227,10 @@ def test_cli_logs_the_intervals_into_mlflow(
         assert metrics[f"{name}_ci95_high"] == pytest.approx(ci["high"])
         assert metrics[f"{name}_ci95_low"] < metrics[name] < metrics[f"{name}_ci95_high"]
     assert "bs:100" in run.data.tags["test_2016_flickr.bleu_signature"]
+    inputs = client.get_run(run.info.run_id).inputs.dataset_inputs
+    names = {i.dataset.name: {t.key: t.value for t in i.tags} for i in inputs}
+    assert set(names) == {"multi30k/test_2016_flickr.en.gz", "multi30k/test_2016_flickr.de.gz"}
+    assert {tags["mlflow.data.context"] for tags in names.values()} == {"test"}
 
 
 def test_cli_refuses_a_negative_number_of_resamples(

@@ -428,3 +428,68 @@ def test_sqlite_on_a_network_filesystem_is_warned_of_once_per_job(
     os.close(fd)
     (line,) = terminal.read_text().splitlines()
     assert line == f"transformer_nmt: WARNING: {warning}"
+
+
+_REGISTRY = """
+toy:
+  description: a toy corpus
+  files:
+    train.tgz: {url: https://example.org/toy/train.tgz, sha256: %(train)s}
+    dev.en: {url: https://example.org/toy/dev.en, sha256: null}
+    dev.de: {url: https://example.org/toy/dev.de, sha256: null}
+  pairs:
+    en-de:
+      splits:
+        train:
+          - name: toy_train
+            en: {file: train.tgz, member: t/train.en, format: text}
+            de: {file: train.tgz, member: t/train.de, format: text}
+        valid:
+          - name: toy_dev
+            en: {file: dev.en, member: null, format: text}
+            de: {file: dev.de, member: null, format: text}
+  test_splits: []
+"""
+
+
+def test_a_runs_raw_corpus_files_are_its_mlflow_dataset_inputs(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    train_sum, dev_en, dev_de = "a" * 64, "b" * 64, "c" * 64
+    registry = tmp_path / "datasets.yaml"
+    registry.write_text(_REGISTRY % {"train": train_sum}, encoding="utf-8")
+    raw = tmp_path / "resources" / "toy"  # the sums the registry leaves null: the lock file's
+    raw.mkdir(parents=True)
+    (raw / "checksums.lock.json").write_text(json.dumps({"dev.en": dev_en, "dev.de": dev_de}))
+    report = tmp_path / "clean_report.json"
+    report.write_text(json.dumps({"dataset": "toy", "pair": "en-de", "splits": {}}))
+    monkeypatch.setenv("TRANSFORMER_NMT_REGISTRY", str(registry))
+    monkeypatch.delenv("TRANSFORMER_NMT_MIRROR", raising=False)
+    contexts = {"train": "training", "valid": "validation"}
+    inputs = tracking.data_inputs(report, contexts, raw_root=tmp_path / "resources")
+    with tracking.stage_run("toy_en-de", "demo", "train") as run:
+        run.log_data_inputs(inputs)
+
+    client = _client(store)
+    (found,) = _runs(store, "toy_en-de")
+    logged = client.get_run(found.info.run_id).inputs.dataset_inputs
+    seen = {}
+    for item in logged:
+        tags = {t.key: t.value for t in item.tags}
+        ds = item.dataset
+        seen[ds.name] = (json.loads(ds.source), ds.source_type, ds.digest, tags)
+    assert set(seen) == {"toy/train.tgz", "toy/dev.en", "toy/dev.de"}  # one per file
+    source, source_type, digest, tags = seen["toy/train.tgz"]
+    assert source == {"url": "https://example.org/toy/train.tgz"} and source_type == "http"
+    assert digest == train_sum[:36] and tags["transformer_nmt.sha256"] == train_sum
+    assert tags["mlflow.data.context"] == "training"
+    assert seen["toy/dev.de"][2] == dev_de[:36]
+    assert seen["toy/dev.de"][3]["mlflow.data.context"] == "validation"
+
+    # With a mirror the source is the file's place in it.
+    mirror = tmp_path / "mirror"
+    monkeypatch.setenv("TRANSFORMER_NMT_MIRROR", str(mirror))
+    (test,) = tracking.data_inputs(report, {"train": "test"}, raw_root=tmp_path / "resources")
+    assert test.source == str(mirror / "toy" / "train.tgz") and test.context == "test"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from transformer_nmt import tracking
 from transformer_nmt.errors import ConfigError
-from transformer_nmt.evaluation.report import SCORES_SUFFIX
+from transformer_nmt.evaluation.report import CLEAN_REPORT, SCORES_SUFFIX
 from transformer_nmt.evaluation.score import DEFAULT_RESAMPLES, score_files
 from transformer_nmt.io_utils import write_json
 
@@ -78,6 +78,12 @@ def run(args: argparse.Namespace) -> int:
                 }
             )
             tracked.log_artifact(args.out, "scores")
+            # the test set's raw files as an MLflow dataset input (context "test"), when the
+            # references are prepare's (its report beside them names the dataset pair)
+            clean_report = Path(args.ref).parent / CLEAN_REPORT
+            if clean_report.is_file():
+                inputs = tracking.data_inputs(clean_report, {test_set: "test"})
+                tracked.log_data_inputs(inputs)
     log.info(
         "%s: BLEU %.2f (%s) | chrF %.2f | paper-comparable tokenized BLEU %.2f | lc tok BLEU %.2f",
         test_set,

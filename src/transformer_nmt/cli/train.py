@@ -161,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         ) as mlrun:  # fmt: skip
             if mlrun is not None:
                 _best_effort(mlrun, "the data artifacts", _log_data_artifacts, mlrun, args)
+                _best_effort(mlrun, "the dataset inputs", _log_data_inputs, mlrun, args)
             summary = train_run(
                 data,
                 args.run_dir,
@@ -181,6 +182,13 @@ def _log_data_artifacts(mlrun: tracking.StageRun, args: argparse.Namespace) -> N
     mlrun.log_artifact(args.spm_model, "data")
     if args.clean_report is not None and args.clean_report.is_file():
         mlrun.log_artifact(args.clean_report, "data")
+
+
+def _log_data_inputs(mlrun: tracking.StageRun, args: argparse.Namespace) -> None:
+    """The raw corpus files as the run's MLflow dataset inputs (its page's "Datasets")."""
+    if args.clean_report is not None and args.clean_report.is_file():
+        contexts = {args.train_split: "training", args.valid_split: "validation"}
+        mlrun.log_data_inputs(tracking.data_inputs(args.clean_report, contexts))
 
 
 def _best_effort(mlrun: tracking.StageRun, what: str, fn: Callable[..., Any], *args: Any) -> None:

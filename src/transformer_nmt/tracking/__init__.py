@@ -24,7 +24,7 @@ from transformer_nmt.tracking.identity import (
     SUPERSEDED_BY_TAG,
     SUPERSEDES_TAG,
 )
-from transformer_nmt.tracking.lineage import data_record
+from transformer_nmt.tracking.lineage import DataInput, data_inputs, data_record
 from transformer_nmt.tracking.stage import (
     NOTICE_FD_ENV,
     StageRun,
@@ -50,7 +50,9 @@ __all__ = [
     "SUPERSEDED_BY_TAG",
     "SUPERSEDES_TAG",
     "StageRun",
+    "DataInput",
     "add_cli_arguments",
+    "data_inputs",
     "data_record",
     "first_line",
     "flatten_params",

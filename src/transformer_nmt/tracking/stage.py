@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
@@ -35,6 +35,7 @@ from transformer_nmt.tracking.identity import (
     supersede,
     write_record,
 )
+from transformer_nmt.tracking.lineage import SHA256_TAG, SPLIT_TAG, DataInput
 from transformer_nmt.tracking.store import (
     get_or_create_experiment,
     log_params,
@@ -178,6 +179,33 @@ class StageRun:
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         set_tags(self.client, self.run_id, {k: str(v) for k, v in tags.items()})
+
+    def log_data_inputs(self, inputs: Sequence[DataInput]) -> None:
+        """Log ``inputs`` (``lineage.data_inputs``) as the run's MLflow dataset inputs: MLflow
+        ``MetaDataset``s (source: an HTTP URL or a local path, MLflow's own source types) with
+        MLflow's context tag, shown under the run's *Datasets*."""
+        from mlflow.data.dataset_source_registry import resolve_dataset_source
+        from mlflow.data.http_dataset_source import HTTPDatasetSource
+        from mlflow.data.meta_dataset import MetaDataset
+        from mlflow.entities import DatasetInput, InputTag
+        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+        items = []
+        for record in inputs:
+            if record.source.startswith(("http://", "https://")):
+                source = HTTPDatasetSource(record.source)
+            else:
+                source = resolve_dataset_source(record.source)
+            dataset = MetaDataset(source, name=record.name, digest=record.digest)
+            tags = [
+                InputTag(MLFLOW_DATASET_CONTEXT, record.context),
+                InputTag(SHA256_TAG, record.sha256),
+                InputTag(SPLIT_TAG, record.split),
+            ]
+            # what mlflow.log_input does for the active run, here for this run's client
+            items.append(DatasetInput(dataset._to_mlflow_entity(), tags))
+        if items:
+            with_retry(self.client.log_inputs, self.run_id, datasets=items)
 
 
 def _once(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
