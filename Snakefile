@@ -50,10 +50,17 @@ os.environ["TRANSFORMER_NMT_MIRROR"] = pipeline.mirror() or os.environ.get(
 )
 
 
+# How to re-run this workflow (this command line's configs): each MLflow run's description.
+os.environ["TRANSFORMER_NMT_RERUN"] = paths.rerun_command(
+    workflow.config_settings.configfiles, workflow.config_settings.config, REPO
+)
+
+
 envvars:
     "PYTHONPATH",
     "TRANSFORMER_NMT_REGISTRY",
     "TRANSFORMER_NMT_MIRROR",
+    "TRANSFORMER_NMT_RERUN",
 
 
 # Where the stages track (config tracking_uri, else $MLFLOW_TRACKING_URI), handed to every job,

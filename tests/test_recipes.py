@@ -295,3 +295,15 @@ def test_search_flags_carry_early_stop_only_when_set() -> None:
     config["experiments"][name]["translate"]["early_stop"] = "soon"
     with pytest.raises(Exception, match="soon"):
         snakemake.utils.validate(config, schema)
+
+
+def test_the_rerun_command_names_the_configfiles_and_config_values() -> None:
+    rerun = _pipeline_module().rerun_command
+    recipe = REPO_ROOT / "config" / "experiments" / "wmt14_en_de_base.yaml"
+    assert rerun([], {}, REPO_ROOT) == "snakemake --cores all"
+    assert rerun(
+        [recipe, "/elsewhere/my config.yaml"], {"data_mirror": "../d", "x": 1}, REPO_ROOT
+    ) == (
+        "snakemake --cores all --configfile config/experiments/wmt14_en_de_base.yaml"
+        " --configfile '/elsewhere/my config.yaml' --config data_mirror=../d x=1"
+    )

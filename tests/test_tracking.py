@@ -493,3 +493,46 @@ def test_a_runs_raw_corpus_files_are_its_mlflow_dataset_inputs(
     monkeypatch.setenv("TRANSFORMER_NMT_MIRROR", str(mirror))
     (test,) = tracking.data_inputs(report, {"train": "test"}, raw_root=tmp_path / "resources")
     assert test.source == str(mirror / "toy" / "train.tgz") and test.context == "test"
+
+
+# --- what the MLflow UI shows: source, user, description (issue 22) ----------------------------
+
+
+def test_the_runs_description_says_how_to_rerun_it_and_source_user_commit_are_set(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import getpass
+
+    command = "snakemake --cores all --configfile config/experiments/x.yaml --config seed=2"
+    monkeypatch.setenv(tracking.RERUN_ENV, command)
+    shared = {"data": {"vocab_size": 8000}}
+    with tracking.stage_run("p", "e", "train", {"max_steps": 5}, shared_params=shared):
+        pass
+    with tracking.stage_run("p", "e", "average", {"last": 2}):
+        pass
+    (run,) = _runs(store, "p")
+    tags = run.data.tags
+    commit = tracking.git_commit()
+    assert commit and tags["mlflow.source.git.commit"] == commit
+    assert tags["mlflow.note.content"].count("Re-run this experiment") == 1  # not per stage
+    assert f"    git checkout {commit}\n    {command}" in tags["mlflow.note.content"]
+    assert tags["mlflow.source.name"].endswith("/Snakefile")
+    assert tags["mlflow.source.type"] == "LOCAL"
+    assert tags["mlflow.user"] == getpass.getuser()
+
+    # a superseded run's note stays above the re-run block
+    shared["data"]["vocab_size"] = 16000
+    with tracking.stage_run("p", "e", "train", {"max_steps": 5}, shared_params=shared):
+        pass
+    new = _runs(store, "p")[-1].data.tags["mlflow.note.content"]
+    assert new.startswith("Supersedes run") and new.count("Re-run this experiment") == 1
+    assert new.index("Supersedes run") < new.index(command)
+
+    # by hand (no Snakefile): the stage's own command line
+    monkeypatch.delenv(tracking.RERUN_ENV)
+    monkeypatch.setattr("sys.argv", ["x", "average", "--last", "2"])
+    with tracking.stage_run("p", "by_hand", "average", {"last": 2}):
+        pass
+    tags = _runs(store, "p")[-1].data.tags
+    assert "python -m transformer_nmt average --last 2" in tags["mlflow.note.content"]
+    assert tags["mlflow.source.name"] == "python -m transformer_nmt average"

@@ -15,6 +15,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,25 @@ def config_error_line(err: Exception) -> str:
         noun = "key" if len(unknown) == 1 else "keys"
         return f"config: {where}unknown {noun} {names} (known: {', '.join(known)})"
     return f"config: {where}{error.message}"
+
+
+def rerun_command(configfiles: list[Any], overrides: Mapping[str, Any], repo: str | Path) -> str:
+    """The ``snakemake`` command line that re-runs this workflow from a checkout of ``repo``:
+    its ``--configfile``s (relative to the checkout when inside it) and ``--config`` values.
+    Every job gets it as ``$TRANSFORMER_NMT_RERUN``: MLflow runs show it as their description
+    (``transformer_nmt.tracking.stage``)."""
+    words = ["snakemake", "--cores", "all"]
+    for path in configfiles:
+        path = Path(path).absolute()
+        if path.is_relative_to(Path(repo).absolute()):
+            path = path.relative_to(Path(repo).absolute())
+        words += ["--configfile", str(path)]
+    if overrides:
+        words.append("--config")
+        for key, value in overrides.items():
+            text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+            words.append(f"{key}={text}")
+    return shlex.join(words)
 
 
 def write_train_config(path: str, settings_json: str, log: str) -> None:

@@ -27,6 +27,7 @@ from transformer_nmt.tracking.identity import (
 from transformer_nmt.tracking.lineage import DataInput, data_inputs, data_record
 from transformer_nmt.tracking.stage import (
     NOTICE_FD_ENV,
+    RERUN_ENV,
     StageRun,
     add_cli_arguments,
     first_line,
@@ -44,6 +45,7 @@ __all__ = [
     "GROUP_TAG",
     "NOTICE_FD_ENV",
     "PARENT_RUN_TAG",
+    "RERUN_ENV",
     "RUN_DIR_TAG",
     "RUN_RECORD",
     "RUN_TAG",

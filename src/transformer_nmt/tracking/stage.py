@@ -5,6 +5,15 @@ creates that run (``identity``), logs the stage's params under the stage's prefi
 (``train.max_steps``), its tags (git commit, stage status, data checksums) and then yields a
 :class:`StageRun` for metrics and artifacts. A store that fails after the stage's work is done
 gives a ``notice`` (one line in the Snakemake terminal), not a failed job.
+
+**How to re-run it.** Every stage also sets what MLflow shows as the run's *Source*, *User*
+and *Description*: MLflow's own default tags (``mlflow.user``; ``mlflow.source.type`` LOCAL)
+with ``mlflow.source.name`` the checkout's ``Snakefile`` (or ``python -m transformer_nmt
+<stage>`` when a stage ran by hand) and ``mlflow.source.git.commit``; the description
+(``mlflow.note.content``) gives the commands that re-run the experiment from a clean checkout of
+that commit: ``$TRANSFORMER_NMT_RERUN`` (the Snakefile puts its own ``snakemake`` command line
+there, ``--configfile`` and ``--config`` included), else the stage's command line. A
+supersession note stays above it.
 """
 
 from __future__ import annotations
@@ -15,8 +24,10 @@ import json
 import logging
 import math
 import os
+import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -50,6 +61,10 @@ from transformer_nmt.tracking.store import (
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+RERUN_ENV = "TRANSFORMER_NMT_RERUN"  # the Snakefile's command line (workflow/lib/pipeline.py)
+NOTE_TAG = "mlflow.note.content"  # the run's description in the MLflow UI
+_RERUN_HEADING = "Re-run this experiment"
 
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,6 +119,63 @@ def git_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
         return None
     commit = out.stdout.strip()
     return commit or None
+
+
+def _checkout() -> Path:
+    return Path(__file__).resolve().parents[3]
+
+
+def _dirty(checkout: Path) -> bool:
+    """True when the checkout has uncommitted changes to tracked files."""
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=checkout, capture_output=True, text=True, timeout=10, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return bool(out.stdout.strip())
+
+
+def rerun_description(stage: str, commit: str | None) -> str:
+    """The run's description: the commands that re-run it from a clean checkout."""
+    command = os.environ.get(RERUN_ENV) or shlex.join(
+        ["python", "-m", "transformer_nmt", *sys.argv[1:]] if sys.argv[1:] else
+        ["python", "-m", "transformer_nmt", stage.split(".")[0]]
+    )  # fmt: skip
+    lines = [f"{_RERUN_HEADING} from a clean checkout:", ""]
+    if commit:
+        lines += [f"    git checkout {commit}"]
+    lines += [f"    {command}", ""]
+    if commit and _dirty(_checkout()):
+        lines.append(f"(The checkout had uncommitted changes on top of {commit}.)")
+    return "\n".join(lines).rstrip("\n")
+
+
+def source_tags(stage: str, commit: str | None) -> dict[str, str]:
+    """MLflow's own default run tags (``mlflow.user``, ``mlflow.source.type``), with the
+    source named after the pipeline (its Snakefile) or the stage run by hand, and the commit."""
+    from mlflow.tracking.context.default_context import DefaultRunContext
+    from mlflow.utils.mlflow_tags import MLFLOW_SOURCE_NAME
+
+    tags = dict(DefaultRunContext().tags())
+    if os.environ.get(RERUN_ENV):
+        tags[MLFLOW_SOURCE_NAME] = str(_checkout() / "Snakefile")
+    else:
+        tags[MLFLOW_SOURCE_NAME] = f"python -m transformer_nmt {stage.split('.')[0]}"
+    if commit:
+        tags[GIT_COMMIT_TAG] = commit
+    return tags
+
+
+def describe(client: Any, run_id: str, description: str) -> None:
+    """Set the run's description to ``description`` below what it says before our own
+    re-run block (a supersession note)."""
+    note = with_retry(client.get_run, run_id).data.tags.get(NOTE_TAG, "")
+    kept = note.split(_RERUN_HEADING, 1)[0].rstrip()
+    text = f"{kept}\n\n{description}" if kept else description
+    if text != note:
+        set_tags(client, run_id, {NOTE_TAG: text})
 
 
 def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -273,9 +345,8 @@ def stage_run(
         notice(shared_sqlite, topic="mlflow-network-sqlite")
     flat = {**flatten_params(shared_params or {}), **flatten_params(params or {}, prefix=stage)}
     commit = git_commit()
-    stage_tags = {f"stage.{stage}.status": "running"}
+    stage_tags = {**source_tags(stage, commit), f"stage.{stage}.status": "running"}
     if commit:
-        stage_tags[GIT_COMMIT_TAG] = commit
         stage_tags[f"stage.{stage}.git_commit"] = commit
     stage_tags.update({k: str(v) for k, v in (tags or {}).items()})
 
@@ -301,6 +372,7 @@ def stage_run(
             write_record(Path(run_dir), uri, experiment, run)
         log_params(client, run_id, flat)
         set_tags(client, run_id, stage_tags)
+        describe(client, run_id, rerun_description(stage, commit))
 
     handle = StageRun(client, run_id, experiment_id, stage, run_name)
     try:
