@@ -16,7 +16,7 @@ BIN := $(abspath $(VENV))/bin
 # Snakemake's jobs call `python -m transformer_nmt`: the venv's python must come first.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: install run test lint format
+.PHONY: install run test lint format ui
 .DEFAULT_GOAL := run
 
 # torch first, pinned, so that installing the package does not pull another build of it
@@ -34,6 +34,10 @@ run: install
 
 test: install
 	python -m pytest -q
+
+# the MLflow UI on mlflow.db, with each experiment's link to its runs
+ui: install
+	python -m transformer_nmt ui $(ARGS)
 
 # Python (ruff), Snakemake files (snakefmt, snakemake --lint)
 lint: install

@@ -536,3 +536,28 @@ def test_the_runs_description_says_how_to_rerun_it_and_source_user_commit_are_se
     tags = _runs(store, "p")[-1].data.tags
     assert "python -m transformer_nmt average --last 2" in tags["mlflow.note.content"]
     assert tags["mlflow.source.name"] == "python -m transformer_nmt average"
+
+
+def test_experiments_are_model_training_and_ui_prints_the_links_to_their_runs(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from transformer_nmt.cli import main
+
+    client = _client(store)
+    old = client.create_experiment("made_before")  # an experiment of an older checkout
+    with tracking.stage_run("multi30k_en-de", "e", "train", {"max_steps": 5}):
+        pass
+    with tracking.stage_run("made_before", "e", "train", {"max_steps": 5}):
+        pass
+    new = client.get_experiment_by_name("multi30k_en-de")
+    for experiment in (new, client.get_experiment(old)):
+        kind = client.get_experiment(experiment.experiment_id).tags["mlflow.experimentKind"]
+        assert kind == "custom_model_development"
+
+    assert main(["ui", "--links-only", "--port", "5055"]) == 0
+    out = capsys.readouterr().out
+    assert f"MLflow store: {store}" in out
+    link = f"http://127.0.0.1:5055/#/experiments/{new.experiment_id}?workflowType=machine_learning"
+    assert f"  multi30k_en-de: {link}" in out
+    assert f"/#/experiments/{old}?workflowType=machine_learning" in out
+    assert "Default" not in out

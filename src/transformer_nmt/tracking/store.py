@@ -10,6 +10,14 @@
 * **Artifacts** of a SQLite store go to ``<db dir>/mlruns/`` (fixed at experiment creation), so
   jobs started from different working directories share them.
 
+* **What kind of experiment.** MLflow 3 sorts experiments into GenAI apps and model training by
+  the tag ``mlflow.experimentKind``; ours are ``custom_model_development`` (set at creation, and
+  on an experiment created before without it). The tag alone does not change the UI's landing
+  page (MLflow 3.17 shows the GenAI overview unless the global *Model training* switch is on);
+  the link ``<ui>/#/experiments/<id>?workflowType=machine_learning`` opens *Model training ->
+  Runs* directly: ``experiment_links`` gives it for every experiment of the store
+  (``python -m transformer_nmt ui`` prints them).
+
 MLflow imports lazily (its first import takes seconds), so untracked stages stay fast.
 """
 
@@ -35,6 +43,10 @@ T = TypeVar("T")
 _RETRY_TOTAL_S = 120.0
 _RETRY_FIRST_S = 0.05
 _RETRY_MAX_S = 2.0
+
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"  # MLflow 3's kind for model training
+UI_VIEW = "workflowType=machine_learning"  # the UI's "Model training" view of an experiment
 
 
 def tracking_uri() -> str:
@@ -167,12 +179,37 @@ def get_or_create_experiment(client: Any, uri: str, name: str) -> str:
     if experiment is not None:
         if experiment.lifecycle_stage == "deleted":
             with_retry(client.restore_experiment, experiment.experiment_id)
+        if EXPERIMENT_KIND_TAG not in experiment.tags:
+            with_retry(
+                client.set_experiment_tag,
+                experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND,
+            )  # fmt: skip
         return experiment.experiment_id
     artifact_location = None
     db = _sqlite_path(uri)
     if db is not None:
         artifact_location = (db.resolve().parent / "mlruns" / name).as_uri()
-    return with_retry(client.create_experiment, name, artifact_location=artifact_location)
+    return with_retry(
+        client.create_experiment,
+        name,
+        artifact_location=artifact_location,
+        tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+    )
+
+
+def experiment_links(uri: str, ui_url: str) -> list[tuple[str, str]]:
+    """``(name, link)`` of every active experiment of the store ``uri`` (but MLflow's empty
+    ``Default``) in the MLflow UI at ``ui_url``, each opening its *Model training -> Runs*."""
+    from mlflow.entities import ViewType
+
+    client = open_client(uri)
+    experiments = with_retry(client.search_experiments, view_type=ViewType.ACTIVE_ONLY)
+    base = ui_url.rstrip("/")
+    return sorted(
+        (e.name, f"{base}/#/experiments/{e.experiment_id}?{UI_VIEW}")
+        for e in experiments
+        if e.name != "Default"
+    )
 
 
 def log_params(client: Any, run_id: str, params: Mapping[str, str]) -> None:
