@@ -207,7 +207,7 @@ def test_misspelled_top_level_key_is_one_short_line(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert result.stdout == "" and result.stderr.splitlines()[-1] == (
         "config: unknown key 'experimnts' (known: attention_map_sentences, data, data_mirror, "
-        "experiments, registry, significance, table3, tracking_uri)"
+        "experiments, register, registry, significance, table3, tracking_uri)"
     )
 
 
@@ -307,3 +307,12 @@ def test_the_rerun_command_names_the_configfiles_and_config_values() -> None:
         "snakemake --cores all --configfile config/experiments/wmt14_en_de_base.yaml"
         " --configfile '/elsewhere/my config.yaml' --config data_mirror=../d x=1"
     )
+
+
+def test_register_is_a_config_choice_on_by_default(tmp_path: Path) -> None:
+    on = _dry_run(tmp_path)
+    off = _dry_run(tmp_path, "--config", "register=False")
+    assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
+    assert len(_shell_commands(on.stdout, "register")) == 1
+    assert _shell_commands(off.stdout, "register") == []
+    assert len(_shell_commands(off.stdout, "score")) == 2  # the rest of the DAG stays

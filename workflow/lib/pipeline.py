@@ -489,6 +489,10 @@ class Pipeline:
         ]
 
     def all_registered_models(self) -> list[str]:
+        """Every experiment's registered MLflow model, unless the config says ``register:
+        false``."""
+        if not self.config.get("register", True):
+            return []
         return [MLFLOW_MODEL.format(experiment=name) for name in self.experiments()]
 
     def all_scores(self) -> list[str]:
