@@ -16,7 +16,7 @@ BIN := $(abspath $(VENV))/bin
 # Snakemake's jobs call `python -m transformer_nmt`: the venv's python must come first.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: install run test lint format ui
+.PHONY: install run test lint format ui check-config
 .DEFAULT_GOAL := run
 
 # torch first, pinned, so that installing the package does not pull another build of it
@@ -34,6 +34,11 @@ run: install
 
 test: install
 	python -m pytest -q
+
+# a config's YAML syntax (file:line:column) and keys, e.g. make check-config CONFIG=my.yaml
+CONFIG ?= config/config.yaml
+check-config: install
+	python -m transformer_nmt check-config $(CONFIG)
 
 # the MLflow UI on mlflow.db, with each experiment's link to its runs
 ui: install

@@ -34,6 +34,10 @@ STAGES: dict[str, tuple[str, str]] = {
     "score": ("score", "score hypotheses against references with sacreBLEU"),
     "report": ("report", "aggregate every experiment's scores into a report"),
     "register": ("register", "log a trained experiment as an MLflow model and register it"),
+    "check-config": (
+        "check_config",
+        "check a pipeline config file: YAML syntax (file:line:column), schema, experiments",
+    ),
     "ui": ("ui", "start the MLflow UI on the project's store; print each experiment's link"),
 }
 
