@@ -50,6 +50,10 @@ os.environ["TRANSFORMER_NMT_MIRROR"] = pipeline.mirror() or os.environ.get(
 )
 
 
+# MLflow's system metrics (CPU, memory, GPU) during training: not a param (re-runs nothing).
+os.environ["MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING"] = str(
+    bool(config.get("system_metrics", True))
+).lower()
 # How to re-run this workflow (this command line's configs): each MLflow run's description.
 os.environ["TRANSFORMER_NMT_RERUN"] = paths.rerun_command(
     workflow.config_settings.configfiles, workflow.config_settings.config, REPO
@@ -61,6 +65,7 @@ envvars:
     "TRANSFORMER_NMT_REGISTRY",
     "TRANSFORMER_NMT_MIRROR",
     "TRANSFORMER_NMT_RERUN",
+    "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING",
 
 
 # Where the stages track (config tracking_uri, else $MLFLOW_TRACKING_URI), handed to every job,

@@ -561,3 +561,33 @@ def test_experiments_are_model_training_and_ui_prints_the_links_to_their_runs(
     assert f"  multi30k_en-de: {link}" in out
     assert f"/#/experiments/{old}?workflowType=machine_learning" in out
     assert "Default" not in out
+
+
+def test_system_metrics_are_mlflows_own_while_the_block_runs_and_off_by_the_switch(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    monkeypatch.delenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", raising=False)
+    with tracking.stage_run("p", "e", "train", {"max_steps": 5}) as run:
+        pass  # the run is FINISHED now, as a resumed training's run is when it starts
+    with (
+        tracking.stage_run("p", "e", "train", {"max_steps": 5}) as run,
+        tracking.system_metrics(run, interval_s=0.2),
+    ):
+        time.sleep(1.0)
+    client = _client(store)
+    metrics = client.get_run(run.run_id).data.metrics
+    for key in ("system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"):
+        assert metrics[key] > 0
+    history = client.get_metric_history(run.run_id, "system/cpu_utilization_percentage")
+    assert len(history) >= 2 and sorted(m.step for m in history)[:2] == [0, 1]
+    assert client.get_run(run.run_id).info.status == "FINISHED"
+
+    monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "false")
+    with (
+        tracking.stage_run("p", "quiet", "train", {"max_steps": 5}) as quiet,
+        tracking.system_metrics(quiet, interval_s=0.2),
+    ):
+        time.sleep(0.5)
+    assert not any(k.startswith("system/") for k in client.get_run(quiet.run_id).data.metrics)

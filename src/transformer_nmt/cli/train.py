@@ -162,17 +162,19 @@ def run(args: argparse.Namespace) -> int:
             if mlrun is not None:
                 _best_effort(mlrun, "the data artifacts", _log_data_artifacts, mlrun, args)
                 _best_effort(mlrun, "the dataset inputs", _log_data_inputs, mlrun, args)
-            summary = train_run(
-                data,
-                args.run_dir,
-                model_cfg,
-                train_cfg,
-                vocab,
-                start=start,
-                tracker=mlrun,
-                callbacks=callbacks,
-                progress_bar=sys.stderr.isatty(),
-            )
+            # CPU, memory (GPU) while it trains: MLflow's system metrics (config system_metrics)
+            with tracking.system_metrics(mlrun):
+                summary = train_run(
+                    data,
+                    args.run_dir,
+                    model_cfg,
+                    train_cfg,
+                    vocab,
+                    start=start,
+                    tracker=mlrun,
+                    callbacks=callbacks,
+                    progress_bar=sys.stderr.isatty(),
+                )
             if mlrun is not None and summary is not None:
                 _best_effort(mlrun, SUMMARY_FILE, mlrun.log_artifact, args.run_dir / SUMMARY_FILE)
     return 0

@@ -37,6 +37,7 @@ from transformer_nmt.tracking.stage import (
     notice,
     run_dir_arg,
     stage_run,
+    system_metrics,
 )
 from transformer_nmt.tracking.store import tracking_uri, with_retry
 
@@ -63,6 +64,7 @@ __all__ = [
     "notice",
     "run_dir_arg",
     "stage_run",
+    "system_metrics",
     "tracking_uri",
     "with_retry",
 ]
