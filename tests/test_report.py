@@ -218,6 +218,7 @@ def test_each_score_is_shown_with_its_bootstrap_interval_in_report_csv_and_landi
     text = out.read_text(encoding="utf-8")
     (row,) = _table_rows(text)
     assert row[5] == cell and "95% CI" in text
+    assert "`make ui` (or `python -m transformer_nmt ui`)" in text  # where the MLflow runs are
     chrf = data["chrf"]
     assert row[6] == f"{chrf['score']:.2f} [{chrf['ci95']['low']:.2f}, {chrf['ci95']['high']:.2f}]"
     header, csv_row = list(csv.reader(table.read_text(encoding="utf-8").splitlines()))

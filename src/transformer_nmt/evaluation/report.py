@@ -147,6 +147,13 @@ def _score_cell(row: ReportRow, key: str) -> str:
     return f"{row.scores[key]:.2f} [{interval[0]:.2f}, {interval[1]:.2f}]"
 
 
+UI_HINT = (
+    "Each experiment's MLflow run (params, curves, system metrics, datasets, scores with their "
+    "intervals, how to re-run it): `make ui` (or `python -m transformer_nmt ui`) starts the "
+    "MLflow UI on this store and prints each dataset pair's link to its runs "
+    "(`…/#/experiments/<id>?workflowType=machine_learning`)."
+)
+
 TABLE_HEADER = (
     "experiment", "data", "preset", "test set", "sentences", "BLEU [95% CI]", "chrF [95% CI]",
     "tok. BLEU [95% CI]", "paper", "lc tok. BLEU [95% CI]", "train overlap",
@@ -240,6 +247,7 @@ def render_report(
     for metric in ("bleu", "chrf"):
         for signature in sorted({r.signatures[metric] for r in rows if r.signatures[metric]}):
             lines.append(f"- {metric.upper() if metric == 'bleu' else 'chrF'}: `{signature}`")
+    lines += ["", "## MLflow", "", UI_HINT]
     return "\n".join(lines) + "\n"
 
 
