@@ -207,7 +207,7 @@ def test_misspelled_top_level_key_is_one_short_line(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert result.stdout == "" and result.stderr.splitlines()[-1] == (
         "config: unknown key 'experimnts' (known: attention_map_sentences, data, data_mirror, "
-        "experiments, register, registry, significance, table3, tracking_uri)"
+        "experiments, register, registry, significance, system_metrics, table3, tracking_uri)"
     )
 
 
