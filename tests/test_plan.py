@@ -60,7 +60,12 @@ def test_plan_prints_a_row_per_experiment_of_every_config(
         exp = experiments[name.split(".")[0]]
         if name in experiments:  # a Table 3 row may change the model (row "big")
             assert cells[1].startswith(exp["preset"] + " (")
-        assert cells[3] == f"{exp['train']['max_tokens']:,}"
+        if exp["train"]["max_tokens"] == "auto":  # sized to the device: a whole step's worth
+            assert cells[3].startswith("auto: ") and "auto: the largest max_tokens" in out
+            chosen = int(cells[3].removeprefix("auto: ").replace(",", ""))
+            assert chosen > 0 and chosen % pf.AUTO_STEP == 0
+        else:
+            assert cells[3] == f"{exp['train']['max_tokens']:,}"
         assert cells[9] == "yes"
         peak = cells[7]
         assert peak.endswith("estimated") and float(peak.split()[0]) > 0
@@ -75,10 +80,18 @@ def test_plan_prints_a_row_per_experiment_of_every_config(
     [(1, 8, "25,000"), (2, 4, "25,000"), (3, 3, "28,125"), (8, 1, "25,000")],
 )
 def test_wmt14_base_accumulation_by_hand(
-    gpus: int, accumulation: int, update: str, capsys: pytest.CaptureFixture[str]
+    gpus: int,
+    accumulation: int,
+    update: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
+    config = yaml.safe_load(RECIPE.read_text())
+    config["experiments"]["wmt14_en_de_base"]["train"]["max_tokens"] = 3125  # the paper's share
+    path = tmp_path / "p100_share.yaml"
+    path.write_text(yaml.safe_dump(config))
     code, out, _ = _plan(
-        capsys, "--configfile", str(RECIPE), "--gpus", str(gpus), "--gpu-kind", "h100",
+        capsys, "--configfile", str(path), "--gpus", str(gpus), "--gpu-kind", "h100",
         "--estimate-only", "--tokens-per-s", "100000",
     )  # fmt: skip
     assert code == 0
@@ -91,6 +104,84 @@ def test_wmt14_base_accumulation_by_hand(
     assert cells[10] == f"{steps_per_hour:,.0f}"
     assert cells[11] == f"{100_000 / steps_per_hour:,.1f}"  # max_steps 100k
     assert cells[12] == f"{100_000 / steps_per_hour * gpus:,.1f}"
+
+
+@pytest.mark.parametrize(("gpus", "kind"), [(1, "h100"), (8, "h100"), (1, "v100"), (8, "a100")])
+def test_max_tokens_auto_fills_the_memory_or_the_devices_share_of_an_update(
+    gpus: int, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The WMT recipes' ``max_tokens: auto``: the largest size (in AUTO_STEP steps) whose
+    estimated worst batch fits AUTO_MARGIN of the usable memory, at most the device's share of
+    25,000 tokens; accumulation fills the rest of the §5.1 update."""
+    code, out, _ = _plan(
+        capsys, "--configfile", str(RECIPE), "--gpus", str(gpus), "--gpu-kind", kind,
+        "--estimate-only",
+    )  # fmt: skip
+    assert code == 0
+    cells = _rows(out)["wmt14_en_de_base"]
+    chosen = int(cells[3].removeprefix("auto: ").replace(",", ""))
+    share = -(-25_000 // gpus)
+    train = TrainConfig.from_dict(yaml.safe_load(RECIPE.read_text())["experiments"][
+        "wmt14_en_de_base"]["train"])  # fmt: skip
+    budget = pf.GPU_KINDS[kind].memory_gib * pf.GIB * pf.USABLE_FRACTION * pf.AUTO_MARGIN
+
+    def peak(max_tokens: int) -> int:
+        cfg = dataclasses.replace(train, max_tokens=max_tokens)
+        return pf.worst_batch(ModelConfig(), cfg, 37000, cells[2])[2].total
+
+    assert chosen % pf.AUTO_STEP == 0 and chosen <= share and peak(chosen) <= budget
+    # nothing larger would do: the next step overshoots the share or the memory
+    assert chosen + pf.AUTO_STEP > share or peak(chosen + pf.AUTO_STEP) > budget
+    assert cells[9] == "yes"
+    accumulation = max(1, round(25_000 / (chosen * gpus)))
+    assert cells[5] == f"{gpus} {kind} x {accumulation}"
+    if kind == "v100":  # 16 GiB: memory decides, fp16 (no bf16 on a V100)
+        assert chosen + pf.AUTO_STEP <= share and cells[2] == "16-mixed"
+
+
+def test_max_tokens_auto_in_the_train_job_sizes_to_the_memory_it_is_given(
+    corpus: dict[str, Path],  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """On a CPU with a memory budget (a machine of 64 MiB, faked): the job sizes max_tokens to
+    it, logs the choice, trains with it and records it in the summary."""
+    import json
+    import logging
+
+    from tests.test_training import MODEL
+    from transformer_nmt.data.vocab import load_vocab_info
+    from transformer_nmt.model.config import model_config_from_spec
+    from transformer_nmt.training import run as training_run
+
+    ram = 64 * 2**20
+    monkeypatch.setattr(training_run, "total_ram_bytes", lambda: ram)
+    caplog.set_level(logging.INFO)
+    run = tmp_path / "run"
+    argv = train_argv(corpus, run, max_steps=2, max_tokens="auto", tokens_per_update=100_000)
+    assert main(argv) == 0
+    summary = json.loads((run / "train_summary.json").read_text())
+    chosen = summary["train_config"]["max_tokens"]
+    vocab = load_vocab_info(corpus["spm"]).size
+    model_cfg = model_config_from_spec(MODEL)
+    expected = pf.auto_max_tokens(
+        model_cfg, TrainConfig(tokens_per_update=100_000), vocab, "32-true", ram, 1
+    )
+    assert chosen == expected and 0 < chosen < 100_000  # the memory decided, not the share
+    assert f"max_tokens: auto -> {chosen} tokens per micro-batch (limited by the memory)" in (
+        caplog.text
+    )
+    budget = ram * pf.USABLE_FRACTION * pf.AUTO_MARGIN
+    cfg = TrainConfig(max_tokens=chosen, tokens_per_update=100_000)
+    assert pf.worst_batch(model_cfg, cfg, vocab, "32-true")[2].total <= budget
+
+
+def test_max_tokens_must_be_a_positive_integer_or_auto() -> None:
+    assert TrainConfig.from_dict({"max_tokens": "auto"}).max_tokens == "auto"
+    for bad in ("big", 0, True, 2.5):
+        with pytest.raises(ConfigError, match="'max_tokens' must be a positive integer or 'auto'"):
+            TrainConfig.from_dict({"max_tokens": bad})
 
 
 def test_cpu_recipe_hours_come_from_the_recorded_throughput(

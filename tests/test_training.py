@@ -353,17 +353,34 @@ def test_resume_continues_step_lr_data_and_weights(
 
 
 def test_a_new_batch_geometry_resumes_with_the_step_and_the_schedule(
-    corpus: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    corpus: dict[str, Path],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """max_tokens halves the accumulation (the update keeps tokens_per_update): the run goes on
     from its newest checkpoint, with the step count, the §5.3 schedule and Adam's state, and
-    says so; nothing is moved aside."""
+    says so; nothing is moved aside. MLflow holds the geometry as tags, which may change within
+    a run (tests/test_tracking.py: a geometry change alone does not supersede the run)."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    tracked = ["--mlflow-experiment", "toy_en-de", "--mlflow-run", "tiny"]
     run = tmp_path / "run"
     first = {"max_tokens": 64, "tokens_per_update": 128}  # 2 micro-batches per update
-    assert main(train_argv(corpus, run, max_steps=10, **first)) == 0
+    assert main([*train_argv(corpus, run, max_steps=10, **first), *tracked]) == 0
     caplog.set_level(logging.INFO)
-    assert main(train_argv(corpus, run, max_steps=20, max_tokens=128, tokens_per_update=128)) == 0
+    second = train_argv(corpus, run, max_steps=20, max_tokens=128, tokens_per_update=128)
+    assert main([*second, *tracked]) == 0
     assert "in a new batch geometry (train.max_tokens: 64 -> 128)" in caplog.text
+    client = MlflowClient(uri)
+    (experiment,) = [e for e in client.search_experiments() if e.name == "toy_en-de"]
+    mlrun = client.search_runs([experiment.experiment_id], order_by=["start_time DESC"])[0]
+    assert mlrun.data.tags["train.max_tokens"] == mlrun.data.tags["train.micro_batch_tokens"]
+    assert mlrun.data.tags["train.max_tokens"] == "128"
+    assert "train.max_tokens" not in mlrun.data.params
+    assert mlrun.data.params["train.tokens_per_update"] == "128"
     assert not (run / "superseded").exists()
     summary = json.loads((run / "train_summary.json").read_text())
     assert summary["resumed_from"] == "step=00000010.ckpt" and summary["final_step"] == 20

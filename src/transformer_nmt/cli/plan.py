@@ -185,7 +185,7 @@ def format_table(plans: list[Entry]) -> str:
             plan.name,
             f"{plan.preset} ({plan.params / 1e6:.1f}M)",
             plan.precision,
-            f"{plan.max_tokens:,}",
+            f"auto: {plan.max_tokens:,}" if plan.max_tokens_auto else f"{plan.max_tokens:,}",
             f"{plan.update_tokens:,} ({plan.tokens_per_update:,})",
             f"{plan.world_size} {target.kind} x {plan.accumulation}",
             f"{plan.batch} x {plan.width}",
@@ -211,6 +211,12 @@ def format_table(plans: list[Entry]) -> str:
         " 'estimated' = training/preflight.py's analytic count, 'measured' = a local CUDA step",
         f"usable = {pf.USABLE_FRACTION:.0%} of a device's memory",
     ]
+    if any(entry.plan.max_tokens_auto for entry in plans):
+        notes.append(
+            f"auto: the largest max_tokens whose estimated worst batch fills at most "
+            f"{pf.AUTO_MARGIN:.0%} of the usable memory, at most tokens_per_update / devices, "
+            f"in steps of {pf.AUTO_STEP}; the train job sizes it on its own device and logs it"
+        )
     seen: set[str] = set()
     for entry in plans:
         plan, target = entry.plan, entry.target

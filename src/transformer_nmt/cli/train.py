@@ -113,12 +113,13 @@ def run(args: argparse.Namespace) -> int:
 
     from transformer_nmt.data.vocab import load_vocab_info
     from transformer_nmt.model.config import model_config_from_spec
-    from transformer_nmt.training.config import TrainConfig, check_devices_exist
+    from transformer_nmt.training.config import GEOMETRY_KEYS, TrainConfig, check_devices_exist
     from transformer_nmt.training.run import (
         SUMMARY_FILE,
         RunData,
         plan_start,
         run_dir_lock,
+        size_batches,
         train_run,
     )
 
@@ -145,8 +146,16 @@ def run(args: argparse.Namespace) -> int:
     lock = run_dir_lock(args.run_dir) if rank_zero else contextlib.nullcontext()
     attempt = attempt_log(args.run_dir) if rank_zero else contextlib.nullcontext()
     with lock, attempt:
-        start = plan_start(args.run_dir, model_cfg, train_cfg, vocab)
-        params = {"model": model_cfg.to_dict(), **train_cfg.to_dict()}
+        sized_cfg = size_batches(model_cfg, train_cfg, vocab)  # max_tokens: auto
+        start = plan_start(args.run_dir, model_cfg, sized_cfg, vocab)
+        # The batch geometry may change within a run (a resume after an out-of-memory error, on
+        # fewer GPUs): tags, not params, so that the run goes on. max_tokens as configured
+        # ("auto") and as sized for this job.
+        settings = train_cfg.to_dict()
+        params = {"model": model_cfg.to_dict()}
+        params.update({k: v for k, v in settings.items() if k not in GEOMETRY_KEYS})
+        geometry = {k: settings[k] for k in GEOMETRY_KEYS}
+        geometry["micro_batch_tokens"] = sized_cfg.max_tokens
         experiment = args.mlflow_experiment if rank_zero_only.rank == 0 else None
         data_params, tags = {}, {}
         if experiment is not None and args.mlflow_run is not None:  # data settings, checksums
@@ -158,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         with tracking.stage_run(
             experiment, args.mlflow_run, "train", params, tags, new_run_reason=start.reason,
             shared_params=data_params, run_dir=tracking.run_dir_arg(args, args.run_dir),
+            mutable_params=geometry,
         ) as mlrun:  # fmt: skip
             if mlrun is not None:
                 _best_effort(mlrun, "the data artifacts", _log_data_artifacts, mlrun, args)
@@ -168,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
                     data,
                     args.run_dir,
                     model_cfg,
-                    train_cfg,
+                    sized_cfg,
                     vocab,
                     start=start,
                     tracker=mlrun,

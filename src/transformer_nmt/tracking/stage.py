@@ -321,6 +321,7 @@ def stage_run(
     new_run_reason: str | None = None,
     shared_params: Mapping[str, Any] | None = None,
     run_dir: str | os.PathLike[str] | None = None,
+    mutable_params: Mapping[str, Any] | None = None,
 ) -> Iterator[StageRun | None]:
     """Track one stage of a pipeline experiment in MLflow; yields None when not tracking.
 
@@ -331,6 +332,9 @@ def stage_run(
     a changed value supersedes the run.
     ``new_run_reason``: the stage starts over (training from scratch): an existing run is
     superseded even with identical params, and the reason becomes the new run's description.
+    ``mutable_params``: settings that may change within one run without superseding it (the
+    batch geometry of a resumed training): tags ``<stage>.<key>``, since MLflow params cannot
+    change.
     ``run_dir``: the experiment instance's run directory, which identifies its run (its
     ``mlflow_run.json``, the ``transformer_nmt.run_dir`` tag); None: the newest run of the name.
     Marking the stage finished is best effort: the stage's work is done, so a store that fails
@@ -349,6 +353,7 @@ def stage_run(
     if commit:
         stage_tags[f"stage.{stage}.git_commit"] = commit
     stage_tags.update({k: str(v) for k, v in (tags or {}).items()})
+    stage_tags.update(flatten_params(mutable_params or {}, prefix=stage))
 
     with store_lock(uri):
         client = open_client(uri)

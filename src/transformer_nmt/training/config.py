@@ -33,7 +33,10 @@ class TrainConfig:
     """Training hyper-parameters (keys as in docs/interfaces.md). Defaults = the paper's base."""
 
     max_steps: int = 100_000  # §5.2: base 100k steps, big 300k
-    max_tokens: int = 4096  # tokens (with padding) per device per batch
+    # Tokens (with padding) per device per batch, or "auto": the largest whose worst-case batch
+    # fits the device's memory with a margin, at most the device's share of tokens_per_update
+    # (training/preflight.py, auto_max_tokens); gradient accumulation fills the §5.1 update.
+    max_tokens: int | str = 4096
     # §5.1: ~25k source + ~25k target tokens per optimizer step. Counted as *real* target
     # tokens (y EOS, no padding): the gradient accumulation is the number of micro-batches,
     # over all devices, whose real target tokens come closest to this (``accumulation``).
@@ -166,8 +169,14 @@ def _validate(cfg: TrainConfig) -> None:
                 f"train config key {key!r} must be a number in ({low}, {high}), got {value!r}"
             )
 
-    for key in ("max_steps", "max_tokens", "tokens_per_update", "warmup", "num_nodes"):
+    for key in ("max_steps", "tokens_per_update", "warmup", "num_nodes"):
         positive_int(key)
+    tokens = cfg.max_tokens
+    numeric = isinstance(tokens, int) and not isinstance(tokens, bool)
+    if tokens != "auto" and not (numeric and tokens > 0):
+        raise ConfigError(
+            f"train config key 'max_tokens' must be a positive integer or 'auto', got {tokens!r}"
+        )
     for key in ("keep_checkpoints", "val_every_steps", "log_every_steps", "max_positions"):
         positive_int(key)
     positive_int("checkpoint_every_steps", allow_none=True)
@@ -276,6 +285,8 @@ def accumulation(cfg: TrainConfig, tgt_tokens_per_batch: float | None = None) ->
     training data (``TokenBatchSampler.real_tokens_per_batch``); without data, ``max_tokens``
     (its upper bound).
     """
+    if not tgt_tokens_per_batch and cfg.max_tokens == "auto":
+        raise ValueError("max_tokens 'auto' is sized first (training.run.size_batches)")
     per_batch = tgt_tokens_per_batch or float(cfg.max_tokens)
     return max(1, round(cfg.tokens_per_update / (per_batch * world_size(cfg))))
 

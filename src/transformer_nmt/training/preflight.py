@@ -33,7 +33,7 @@ import torch
 
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.model.config import ModelConfig
-from transformer_nmt.training.config import TrainConfig, accumulation
+from transformer_nmt.training.config import TrainConfig, accumulation, resolve_devices
 
 GIB = 1024**3
 
@@ -330,9 +330,46 @@ def available_ram_bytes() -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def cpu_target() -> Target:
-    ram = available_ram_bytes()
-    return Target("cpu", 1, ram, f"this machine's available RAM ({ram / GIB:.1f} GiB)")
+def total_ram_bytes() -> int:
+    """This machine's memory (``MemTotal``): unlike the available RAM, the same in every process
+    of a run, so that ``max_tokens: auto`` chooses one size for all of them."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def cpu_target(processes: int = 1, ram: int | None = None) -> Target:
+    """This machine's CPU: ``processes`` training processes sharing its RAM (``ram`` bytes;
+    default: the available RAM now)."""
+    what = "available RAM" if ram is None else "RAM"
+    ram = (available_ram_bytes() if ram is None else ram) // processes
+    share = f" / {processes} processes" if processes > 1 else ""
+    return Target("cpu", processes, ram, f"this machine's {what}{share} ({ram / GIB:.1f} GiB)")
+
+
+# ``max_tokens: auto`` fills this share of a device's usable memory with the *estimated*
+# worst-case batch: room for the estimate's error (on a GPU the chosen size is then measured
+# by ``check_fits``), and rounds down to a multiple of AUTO_STEP tokens (few distinct sizes).
+AUTO_MARGIN = 0.8
+AUTO_STEP = 64
+
+
+def auto_max_tokens(
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    vocab_size: int,
+    precision: str,
+    memory_bytes: int,
+    world_size: int,
+) -> int:
+    """``max_tokens: auto`` on a device of ``memory_bytes``: the largest ``max_tokens`` whose
+    estimated worst-case batch fills at most ``AUTO_MARGIN`` of its usable memory, and at most
+    the device's share of an update, ``ceil(tokens_per_update / world_size)``: more would
+    overshoot the §5.1 update, less is made up by gradient accumulation. 0: not one token fits.
+    """
+    share = -(-train_cfg.tokens_per_update // world_size)
+    budget = int(memory_bytes * USABLE_FRACTION * AUTO_MARGIN)
+    cfg = dataclasses.replace(train_cfg, max_tokens=share)
+    fitting = largest_fitting_max_tokens(model_cfg, cfg, vocab_size, precision, budget)
+    return fitting - fitting % AUTO_STEP if fitting >= AUTO_STEP else fitting
 
 
 def _canonical(precision: str) -> str:
@@ -360,7 +397,7 @@ class Plan:
     preset: str
     params: int
     precision: str
-    max_tokens: int
+    max_tokens: int  # auto_max_tokens' choice when max_tokens_auto
     tokens_per_update: int  # the config's §5.1 target
     world_size: int
     accumulation: int
@@ -371,6 +408,7 @@ class Plan:
     usable_bytes: int | None
     throughput: Throughput | None  # per device
     max_steps: int
+    max_tokens_auto: bool = False  # the config said "auto"
 
     @property
     def update_tokens(self) -> int:
@@ -415,10 +453,18 @@ def plan_experiment(
     """The plan of one experiment: batch, accumulation on ``target.devices`` x ``num_nodes``
     processes, worst-case peak memory (measured on ``measure_on``, a CUDA device, else
     estimated), expected speed (``tokens_per_s`` > measured > ``RECORDED_THROUGHPUT``). A speed
-    is measured only when the target is the local GPU itself (``target.kind == "cuda"``)."""
+    is measured only when the target is the local GPU itself (``target.kind == "cuda"``).
+    ``max_tokens: auto`` is sized to ``target``'s memory first (``auto_max_tokens``)."""
     cfg = dataclasses.replace(train_cfg, devices=target.devices)
     precision = resolve_plan_precision(cfg, target)
     params = count_parameters_of(model_cfg, vocab_size)
+    world = target.devices * cfg.num_nodes
+    auto = cfg.max_tokens == "auto"
+    if auto:
+        if target.memory_bytes is None:
+            raise ConfigError("train.max_tokens: auto needs the device's memory: give a number")
+        chosen = auto_max_tokens(model_cfg, cfg, vocab_size, precision, target.memory_bytes, world)
+        cfg = dataclasses.replace(cfg, max_tokens=max(chosen, 1))  # 1: the plan then refuses
     rows, width, est = worst_batch(model_cfg, cfg, vocab_size, precision, params)
     peak, source = est.total, "estimated"
     throughput = RECORDED_THROUGHPUT.get((preset, target.kind))
@@ -440,7 +486,6 @@ def plan_experiment(
     usable = None
     if target.memory_bytes is not None:
         usable = int(target.memory_bytes * USABLE_FRACTION)
-    world = target.devices * cfg.num_nodes
     return Plan(
         name=name,
         preset=preset,
@@ -457,6 +502,7 @@ def plan_experiment(
         usable_bytes=usable,
         throughput=throughput,
         max_steps=cfg.max_steps,
+        max_tokens_auto=auto,
     )
 
 
@@ -486,8 +532,14 @@ def refusal(
         else (f"needs {plan.peak_bytes / GIB:.1f} GiB ({plan.peak_source})")
     )
     usable = plan.usable_bytes or 0
-    fitting = largest_fitting_max_tokens(model_cfg, train_cfg, vocab, plan.precision, usable)
-    advice = f"lower it to at most ~{fitting}" if fitting else "no max_tokens fits: a smaller model"
+    cfg = dataclasses.replace(train_cfg, max_tokens=plan.max_tokens)
+    fitting = largest_fitting_max_tokens(model_cfg, cfg, vocab, plan.precision, usable)
+    if fitting >= plan.max_tokens:  # the estimate fits where the measurement did not
+        fitting = plan.max_tokens * 3 // 4
+    chose = f"auto chose {plan.max_tokens}: " if plan.max_tokens_auto else ""
+    advice = f"{chose}lower it to at most ~{fitting}"
+    if not fitting:
+        advice = "no max_tokens fits: a smaller model"
     return (
         f"{key}: the worst-case batch of {plan.batch} x {plan.width} tokens ({plan.precision}) "
         f"{need} but one device has {usable / GIB:.1f} GiB usable "
@@ -505,19 +557,41 @@ def check_fits(
 ) -> Plan:
     """The train stage's check before its first step: on a CUDA device (``device_index``: this
     rank's own GPU, ``cluster.local_rank()``), measure the worst batch against the device's
-    memory; on a CPU, the estimate against the available RAM. Raises a one-line ConfigError
-    naming ``train.max_tokens`` when it does not fit."""
-    cfg = dataclasses.replace(train_cfg, precision=precision, devices=1)
-    on_gpu = accelerator in ("gpu", "cuda") and torch.cuda.is_available()
-    if on_gpu:
-        device = torch.device("cuda", device_index)
-        total = torch.cuda.get_device_properties(device).total_memory
-        target = Target("cuda", 1, total, f"{torch.cuda.get_device_name(device)}")
-    else:
-        device, target = None, cpu_target()
+    memory; on a CPU, the estimate against the available RAM (shared by the run's processes on
+    this node). Raises a one-line ConfigError naming ``train.max_tokens`` when it does not fit.
+    ``max_tokens`` must be a number here: ``size_max_tokens`` sizes "auto" first."""
+    processes = resolve_devices(train_cfg)
+    cfg = dataclasses.replace(train_cfg, precision=precision, devices=processes)
+    device, target = this_device(accelerator, device_index, processes)
     plan = plan_experiment(
         "train", "", model_cfg, cfg, vocab_size, target, measure_on=device, timed_steps=0
     )
     if not plan.fits:
         raise ConfigError(refusal(plan, "train.max_tokens", model_cfg, cfg, vocab_size))
     return plan
+
+
+def size_max_tokens(
+    model_cfg: ModelConfig, train_cfg: TrainConfig, vocab_size: int, precision: str, target: Target
+) -> Plan:
+    """``max_tokens: auto`` on ``target``, this process's device (``plan.max_tokens``), from the
+    estimate alone: every process of a run computes the same size from the same numbers (a GPU's
+    total memory; a CPU's total RAM shared by the node's processes: ``this_device(...,
+    cpu_ram=total_ram_bytes())``), so DDP's ranks agree without talking. ``check_fits`` then
+    measures the chosen size on a GPU."""
+    if train_cfg.max_tokens != "auto":
+        raise ValueError(f"size_max_tokens sizes max_tokens 'auto', got {train_cfg.max_tokens!r}")
+    cfg = dataclasses.replace(train_cfg, precision=precision, devices=target.devices)
+    return plan_experiment("train", "", model_cfg, cfg, vocab_size, target)
+
+
+def this_device(
+    accelerator: str, device_index: int, processes: int, cpu_ram: int | None = None
+) -> tuple[torch.device | None, Target]:
+    """This process's device: the CUDA device ``device_index`` when training on a GPU, else the
+    CPU with ``cpu_ram`` bytes (None: the available RAM) shared by ``processes``."""
+    if accelerator in ("gpu", "cuda") and torch.cuda.is_available():
+        device = torch.device("cuda", device_index)
+        total = torch.cuda.get_device_properties(device).total_memory
+        return device, Target("cuda", processes, total, f"{torch.cuda.get_device_name(device)}")
+    return None, cpu_target(processes, cpu_ram)

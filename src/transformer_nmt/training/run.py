@@ -15,7 +15,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from transformer_nmt.data.vocab import VocabInfo
-from transformer_nmt.errors import UserFacingError
+from transformer_nmt.errors import ConfigError, UserFacingError
 from transformer_nmt.io_utils import remove_stale_temps, write_json
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.runs.checkpoints import CHECKPOINT_DIR, list_checkpoints
@@ -41,10 +41,20 @@ from transformer_nmt.training.config import (
     TrainConfig,
     resolve,
     resolve_accelerator,
+    resolve_devices,
     resolve_precision,
 )
 from transformer_nmt.training.module import NonFiniteLossError, TranslationModule
-from transformer_nmt.training.preflight import GIB, check_fits
+from transformer_nmt.training.preflight import (
+    AUTO_MARGIN,
+    AUTO_STEP,
+    GIB,
+    check_fits,
+    refusal,
+    size_max_tokens,
+    this_device,
+    total_ram_bytes,
+)
 from transformer_nmt.training.resume import (
     ResumableTranslationDataModule,
     ResumePoint,
@@ -110,6 +120,32 @@ class RunData:
     valid_split: str = "valid"
 
 
+def size_batches(model_cfg: ModelConfig, train_cfg: TrainConfig, vocab: VocabInfo) -> TrainConfig:
+    """``train_cfg`` with ``max_tokens: auto`` sized to this process's device
+    (``preflight.size_max_tokens``: the same size on every rank) and the choice logged; a
+    numeric ``max_tokens`` as it is. ``plan_start``'s pre-flight check then measures it on a
+    GPU."""
+    if train_cfg.max_tokens != "auto":
+        return train_cfg
+    accelerator, precision = resolve_accelerator(train_cfg), resolve_precision(train_cfg)
+    processes = resolve_devices(train_cfg)
+    _, target = this_device(accelerator, local_rank(), processes, cpu_ram=total_ram_bytes())
+    plan = size_max_tokens(model_cfg, train_cfg, vocab.size, precision, target)
+    if not plan.fits:
+        raise ConfigError(refusal(plan, "train.max_tokens", model_cfg, train_cfg, vocab.size))
+    share = -(-plan.tokens_per_update // plan.world_size)
+    limit = "its share of an update" if plan.max_tokens > share - AUTO_STEP else "the memory"
+    log.info(
+        "max_tokens: auto -> %d tokens per micro-batch (limited by %s): the worst-case batch "
+        "%d x %d (%s) is estimated at %.2f GiB, at most %.0f%% of %.1f GiB usable; "
+        "tokens_per_update=%d over %d process(es) is %d each",
+        plan.max_tokens, limit, plan.batch, plan.width, plan.precision, plan.peak_bytes / GIB,
+        AUTO_MARGIN * 100, (plan.usable_bytes or 0) / GIB, plan.tokens_per_update,
+        plan.world_size, share,
+    )  # fmt: skip
+    return replace(train_cfg, max_tokens=plan.max_tokens)
+
+
 def plan_start(
     run_dir: Path, model_cfg: ModelConfig, train_cfg: TrainConfig, vocab: VocabInfo
 ) -> ResumePoint:
@@ -121,7 +157,9 @@ def plan_start(
     A run with steps to go first passes the pre-flight check of ``plan``
     (``preflight.check_fits``): its worst-case batch must fit the device (measured on a GPU,
     estimated against the available RAM on a CPU), else a one-line ConfigError naming
-    ``train.max_tokens``, before any step and any MLflow run."""
+    ``train.max_tokens``, before any step and any MLflow run. ``max_tokens: auto`` is sized
+    first (``size_batches``): pass the sized config on to ``train_run``."""
+    train_cfg = size_batches(model_cfg, train_cfg, vocab)
     if rank_zero_only.rank == 0:
         for directory in (run_dir, run_dir / CHECKPOINT_DIR):
             for stale in remove_stale_temps(directory):
@@ -166,6 +204,7 @@ def train_run(
     """
     started = time.monotonic()
     ckpt_dir = run_dir / CHECKPOINT_DIR
+    train_cfg = size_batches(model_cfg, train_cfg, vocab)  # max_tokens: auto
     resume = start if start is not None else plan_start(run_dir, model_cfg, train_cfg, vocab)
     datamodule = ResumableTranslationDataModule(
         data.bin_dir,
