@@ -593,12 +593,16 @@ def test_system_metrics_are_mlflows_own_while_the_block_runs_and_off_by_the_swit
         tracking.stage_run("p", "e", "train", {"max_steps": 5}) as run,
         tracking.system_metrics(run, interval_s=0.2),
     ):
-        busy_until = time.monotonic() + 1.0
-        while time.monotonic() < busy_until:  # work, so that the CPU samples are not all 0
-            sum(range(10_000))
-    client = _client(store)
+        # work (so that the CPU samples are not all 0) until two samples are logged: on a busy
+        # machine the monitor's thread may take longer than its interval
+        client, key = _client(store), "system/cpu_utilization_percentage"
+        give_up = time.monotonic() + 60
+        while len(client.get_metric_history(run.run_id, key)) < 2 and time.monotonic() < give_up:
+            busy_until = time.monotonic() + 0.2
+            while time.monotonic() < busy_until:
+                sum(range(10_000))
     assert client.get_run(run.run_id).data.metrics["system/system_memory_usage_megabytes"] > 0
-    history = client.get_metric_history(run.run_id, "system/cpu_utilization_percentage")
+    history = client.get_metric_history(run.run_id, key)
     assert len(history) >= 2 and sorted(m.step for m in history)[:2] == [0, 1]
     assert max(m.value for m in history) > 0
     assert client.get_run(run.run_id).info.status == "FINISHED"
