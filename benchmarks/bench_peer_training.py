@@ -45,6 +45,7 @@ Usage: ``python benchmarks/bench_peer_training.py [--steps 150] [--runs 3] [--lo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -187,19 +188,40 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(cmd: list[str], run_dir: Path, threads: int, line: re.Pattern) -> tuple[str, list[float]]:
+def peak_rss_bytes(pid: int) -> int:
+    """The process's peak resident memory so far (VmHWM of /proc/PID/status)."""
+    for row in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if row.startswith("VmHWM:"):
+            return int(row.split()[1]) * 1024
+    return 0
+
+
+def run(
+    cmd: list[str],
+    run_dir: Path,
+    threads: int,
+    line: re.Pattern,
+    peak: dict[str, int] | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[str, list[float]]:
     """Run ``cmd`` in the repository root; its combined output (kept in ``run_dir/train.log``)
     and the process's CPU seconds when each log line matching ``line`` appeared (polled every
-    0.1 s): CPU time, unlike wall time, barely counts the other jobs on a shared machine."""
+    0.1 s): CPU time, unlike wall time, barely counts the other jobs on a shared machine.
+    ``peak``: gets the process's peak RSS (``"rss_bytes"``) as last polled; ``env``: more
+    environment variables."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / "train.log"
     cpu: list[float] = []
     with open(log_path, "w", encoding="utf-8") as handle:
         proc = subprocess.Popen(
-            cmd, cwd=REPO, env=thread_env(threads), stdout=handle, stderr=subprocess.STDOUT
-        )
+            cmd, cwd=REPO, env={**thread_env(threads), **(env or {})}, stdout=handle,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
         while proc.poll() is None:
             time.sleep(0.1)
+            if peak is not None:
+                with contextlib.suppress(OSError):
+                    peak["rss_bytes"] = max(peak.get("rss_bytes", 0), peak_rss_bytes(proc.pid))
             seen = len(line.findall(log_path.read_text(encoding="utf-8", errors="replace")))
             if seen > len(cpu):
                 try:

@@ -245,3 +245,87 @@ def test_cut_is_the_same_whatever_the_chunking():
 
     widths = np.sort(np.random.default_rng(3).integers(2, 90, size=1000)).astype(np.int32)
     assert np.array_equal(_cut_batches(widths, 700, chunk=7), _cut_batches(widths, 700))
+
+
+# --- few shapes: widths rounded up to pad_multiple (issue 20 §1) -------------------------------
+
+
+def test_padded_width_rounds_up_but_not_past_the_cap():
+    from transformer_nmt.data.batch import padded_width
+
+    assert [padded_width(w, 8) for w in (1, 8, 9, 16, 17)] == [8, 8, 16, 16, 24]
+    assert padded_width(97, 8, cap=100) == 100  # 104 would pass the longest row the model takes
+    assert padded_width(101, 8, cap=100) == 104  # (too long anyway: the sampler drops it)
+    np.testing.assert_array_equal(padded_width(np.array([3, 12, 99]), 8, 100), [8, 16, 100])
+    assert padded_width(13, 1) == 13
+
+
+def test_padded_batches_hold_the_same_ids_and_only_pad_beyond():
+    src = [np.array([5, 6, 7]), np.array([8])]
+    tgt = [np.array([9, 10]), np.array([11, 12, 13, 14, 15, 16, 17, 18, 19])]
+    plain = training_batch(*flatten(src), *flatten(tgt), [0, 1])
+    padded = training_batch(*flatten(src), *flatten(tgt), [0, 1], multiple=8)
+    assert padded["src"].shape == (2, 8) and padded["tgt_in"].shape == (2, 16)
+    for key in ("src", "tgt_in", "tgt_out"):
+        width = plain[key].shape[1]
+        np.testing.assert_array_equal(padded[key][:, :width], plain[key])
+        assert (padded[key][:, width:] == PAD_ID).all()
+
+
+def test_padded_batches_keep_max_tokens_and_have_few_distinct_widths():
+    src_len, tgt_len = _lengths(n=2000, hi=90)
+    limit = 100
+    sampler = TokenBatchSampler(
+        src_len, tgt_len, max_tokens=700, max_positions=limit, shuffle=True, pad_multiple=8
+    )
+    plain = TokenBatchSampler(src_len, tgt_len, max_tokens=700, max_positions=limit, shuffle=True)
+    seen = sorted(i for batch in sampler for i in batch)
+    assert seen == list(range(2000))  # every example once, none dropped (all fit the limit)
+    widths = set()
+    for batch in sampler:
+        b = np.asarray(batch)
+        width = max((src_len[b] + 1).max(), (tgt_len[b] + 1).max())
+        rounded = min(-(-width // 8) * 8, limit)
+        assert len(b) * rounded <= 700  # the bound holds for what the model computes
+        widths.add(rounded)
+    assert len(widths) <= -(-limit // 8)  # one width per multiple of 8 (and the cap)
+    plain_widths = {_padded_tokens(batch, src_len, tgt_len) // len(batch) for batch in plain}
+    assert len(widths) < len(plain_widths) / 4
+
+
+def test_padding_changes_neither_the_loss_nor_the_gradients():
+    """Padding is masked (attention keys, the loss): a batch padded to multiples of 8 gives the
+    unpadded batch's summed loss and gradients (float64)."""
+    from transformer_nmt.model.config import apply_overrides, get_preset
+    from transformer_nmt.model.transformer import Transformer
+    from transformer_nmt.training.objective import label_smoothed_cross_entropy
+
+    cfg = apply_overrides(get_preset("tiny"), {"N": 2, "d_model": 16, "d_ff": 32, "h": 2,
+                                               "d_k": 8, "d_v": 8, "p_drop": 0.0})  # fmt: skip
+    torch.manual_seed(0)
+    model = Transformer(cfg, vocab_size=40).double()
+    rng = np.random.default_rng(0)
+    src = [rng.integers(4, 40, size=n) for n in (3, 11, 6)]
+    tgt = [rng.integers(4, 40, size=n) for n in (5, 2, 13)]
+
+    def loss_and_grads(multiple: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        batch = training_batch(*flatten(src), *flatten(tgt), [0, 1, 2], multiple=multiple)
+        batch = {k: torch.from_numpy(v) for k, v in batch.items()}
+        model.zero_grad()
+        logits = model(batch["src"], batch["tgt_in"])
+        loss = label_smoothed_cross_entropy(logits, batch["tgt_out"], eps=0.1).loss
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    loss, grads = loss_and_grads(1)
+    padded_loss, padded_grads = loss_and_grads(8)
+    torch.testing.assert_close(padded_loss, loss, rtol=1e-12, atol=1e-12)
+    for name, grad in grads.items():
+        torch.testing.assert_close(padded_grads[name], grad, rtol=1e-10, atol=1e-12)
+
+
+def test_the_datamodule_pads_as_its_sampler_counts(bin_dir):
+    dm = TranslationDataModule(bin_dir, "en", "de", max_tokens=64, pad_multiple=8)
+    for batch in dm.dataloader("train", shuffle=True):
+        for key in ("src", "tgt_in", "tgt_out"):
+            assert batch[key].shape[1] % 8 == 0 and batch[key].numel() <= 64

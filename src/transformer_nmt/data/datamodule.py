@@ -28,15 +28,20 @@ from transformer_nmt.errors import DataError
 
 
 class PairDataset(Dataset):
-    """Aligned source/target token arrays; ``ds[list_of_indices]`` returns a collated batch."""
+    """Aligned source/target token arrays; ``ds[list_of_indices]`` returns a collated batch,
+    its widths rounded up to ``pad_multiple`` but not past ``width_cap`` (as the sampler counts
+    them)."""
 
-    def __init__(self, src: TokenArray, tgt: TokenArray) -> None:
+    def __init__(
+        self, src: TokenArray, tgt: TokenArray, pad_multiple: int = 1, width_cap: int | None = None
+    ) -> None:
         if len(src) != len(tgt):
             raise DataError(
                 f"{src.prefix} has {len(src)} sentences but {tgt.prefix} has {len(tgt)}: "
                 "source and target token arrays are misaligned"
             )
         self.src, self.tgt = src, tgt
+        self.pad_multiple, self.width_cap = pad_multiple, width_cap
 
     def __len__(self) -> int:
         return len(self.src)
@@ -46,7 +51,9 @@ class PairDataset(Dataset):
         tensors)."""
         src, src_len = self.src.gather(indices)
         tgt, tgt_len = self.tgt.gather(indices)
-        return training_batch(src, src_len, tgt, tgt_len, indices)
+        return training_batch(
+            src, src_len, tgt, tgt_len, indices, multiple=self.pad_multiple, cap=self.width_cap
+        )
 
 
 def _identity(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -72,7 +79,8 @@ class TranslationDataModule(L.LightningDataModule):
     ``max_tokens``: per device per batch, counting padding (§5.1). ``max_positions``: longest
     side (with BOS/EOS) the model accepts; longer examples are dropped with a warning.
     ``accumulation``: micro-batches per optimizer step; each epoch's training batches per rank
-    are padded to a multiple of it (set it once resolved, before fitting).
+    are padded to a multiple of it (set it once resolved, before fitting). ``pad_multiple``:
+    batch widths are rounded up to a multiple of it (few distinct shapes; padding is masked).
     """
 
     def __init__(
@@ -87,6 +95,7 @@ class TranslationDataModule(L.LightningDataModule):
         num_workers: int = 0,
         max_positions: int = 1024,
         test_splits: Sequence[str] = (),
+        pad_multiple: int = 1,
     ) -> None:
         super().__init__()
         self.bin_dir = Path(bin_dir)
@@ -95,6 +104,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.train_split, self.valid_split = train_split, valid_split
         self.test_splits = list(test_splits)
         self.num_workers, self.max_positions = num_workers, max_positions
+        self.pad_multiple = pad_multiple
         self.accumulation = 1
         self._datasets: dict[str, PairDataset] = {}
         self.samplers: dict[str, TokenBatchSampler] = {}
@@ -112,6 +122,8 @@ class TranslationDataModule(L.LightningDataModule):
             self._datasets[split] = PairDataset(
                 TokenArray(self.bin_dir / f"{split}.{self.src_lang}"),
                 TokenArray(self.bin_dir / f"{split}.{self.tgt_lang}"),
+                pad_multiple=self.pad_multiple,
+                width_cap=min(self.max_tokens, self.max_positions),  # the sampler's limit
             )
         return self._datasets[split]
 
@@ -138,6 +150,7 @@ class TranslationDataModule(L.LightningDataModule):
             world_size=world_size,
             max_positions=self.max_positions,
             multiple_of=self.accumulation if split == self.train_split and shuffle else 1,
+            pad_multiple=self.pad_multiple,
             name=f"{self.bin_dir}/{split}",
         )
         self.samplers[split] = sampler

@@ -17,6 +17,10 @@ than ``world_size`` padding repeats, and together they cover every batch. With g
 accumulation the padding is to a multiple of ``world_size * multiple_of`` (the accumulation), so
 that no optimizer step at an epoch's end sums fewer micro-batches than the others.
 
+With ``pad_multiple`` > 1 a batch's widths are rounded up to a multiple of it (the collate
+pads to them: ``data/batch.py``, ``padded_width``) and counted rounded here: the same
+``max_tokens`` bound holds for what the model computes, and an epoch has few distinct shapes.
+
 Examples too long for the model (a side longer than ``max_positions``) or for any batch (longer
 than ``max_tokens``) are dropped once, with one warning that counts them: a corpus outlier must
 not crash a run hours in.
@@ -29,6 +33,8 @@ import math
 from collections.abc import Iterator
 
 import numpy as np
+
+from transformer_nmt.data.batch import padded_width
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +81,7 @@ class TokenBatchSampler:
         world_size: int = 1,
         max_positions: int | None = None,
         multiple_of: int = 1,
+        pad_multiple: int = 1,
         name: str = "data",
     ) -> None:
         src_len = np.asarray(src_lengths, dtype=np.int32) + SRC_EXTRA
@@ -88,8 +95,10 @@ class TokenBatchSampler:
             raise ValueError(f"max_tokens must be positive, got {max_tokens}")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
-        if multiple_of < 1:
-            raise ValueError(f"multiple_of must be positive, got {multiple_of}")
+        if multiple_of < 1 or pad_multiple < 1:
+            raise ValueError(
+                f"multiple_of and pad_multiple must be positive: {multiple_of}, {pad_multiple}"
+            )
         self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
         self.rank, self.world_size, self.epoch = rank, world_size, 0
         # Batches per rank and epoch are padded to a multiple of this (the gradient
@@ -121,7 +130,10 @@ class TokenBatchSampler:
             tie = np.arange(len(keep))
         # np.lexsort sorts by the last key first: source length, then target length, then tie.
         self.order = keep[np.lexsort((tie, tgt_len[keep], src_len[keep]))]
-        self.bounds = _cut_batches(width[self.order], max_tokens)
+        # the width the collate pads a batch to: rounded up to pad_multiple, not past the limit
+        self.pad_multiple, self.width_cap = pad_multiple, limit
+        rounded = padded_width(width[self.order], pad_multiple, limit)
+        self.bounds = _cut_batches(rounded, max_tokens)
         self.num_examples = len(keep)
         # real (non-padding) tokens of the kept examples: x EOS and y EOS
         self.real_tokens = (int(src_len[keep].sum()), int(tgt_len[keep].sum()))

@@ -41,6 +41,10 @@ class TrainConfig:
     # tokens (y EOS, no padding): the gradient accumulation is the number of micro-batches,
     # over all devices, whose real target tokens come closest to this (``accumulation``).
     tokens_per_update: int = 25_000
+    # Speed only (1 = widths as they come): batch widths are rounded up to a multiple of this,
+    # so that an epoch has few distinct shapes (kernels, compiled graphs and the CPU's oneDNN
+    # primitives are reused); padding is masked, and max_tokens counts the rounded widths.
+    pad_multiple: int = 1
     warmup: int = 4000  # §5.3 warmup_steps
     # Flag (paper: 1.0): multiplies the §5.3 learning-rate schedule.
     lr_scale: float = 1.0
@@ -105,7 +109,7 @@ class TrainConfig:
 # budget (tokens_per_update, by gradient accumulation), the §5.3 schedule and Adam's state, so a
 # run resumes from its newest checkpoint with a notice, as fairseq resumes with a new
 # --max-tokens.
-GEOMETRY_KEYS = ("max_tokens", "devices", "num_nodes", "precision")
+GEOMETRY_KEYS = ("max_tokens", "pad_multiple", "devices", "num_nodes", "precision")
 
 # Keys a resumed run may change: they decide how long, where, in what batch geometry and how
 # visibly a run trains, not what it learns. Every other key (and the model config and
@@ -169,7 +173,7 @@ def _validate(cfg: TrainConfig) -> None:
                 f"train config key {key!r} must be a number in ({low}, {high}), got {value!r}"
             )
 
-    for key in ("max_steps", "tokens_per_update", "warmup", "num_nodes"):
+    for key in ("max_steps", "tokens_per_update", "warmup", "num_nodes", "pad_multiple"):
         positive_int(key)
     tokens = cfg.max_tokens
     numeric = isinstance(tokens, int) and not isinstance(tokens, bool)

@@ -216,6 +216,7 @@ def train_run(
         valid_split=data.valid_split,
         num_workers=train_cfg.num_workers,
         max_positions=min(train_cfg.max_positions, model_cfg.max_positions),
+        pad_multiple=train_cfg.pad_multiple,
     )
     src_per_batch, tgt_per_batch = datamodule.real_tokens_per_batch()
     resolved = resolve(train_cfg, tgt_per_batch)
