@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +30,21 @@ def shared_mirror() -> Path:
     if not (mirror / "multi30k" / "SHA256SUMS").is_file():
         pytest.skip(f"dataset mirror not found at {mirror} (set TRANSFORMER_NMT_TEST_MIRROR)")
     return mirror
+
+
+@contextlib.contextmanager
+def local_http_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 (an ephemeral port) in a thread, stopped on exit; yields its
+    base URL."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
 
 
 @pytest.fixture

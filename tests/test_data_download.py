@@ -6,18 +6,19 @@ import contextlib
 import hashlib
 import http.server
 import json
-import threading
+import logging
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.conftest import local_http_server
 from transformer_nmt.cli import main
 from transformer_nmt.data.download import LOCK_NAME, download_dataset
 from transformer_nmt.data.registry import get_dataset, load_registry
 from transformer_nmt.errors import ConfigError, DataError
-from transformer_nmt.io_utils import sha256_file
+from transformer_nmt.io_utils import sha256_file, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 PAYLOAD = b"ein Satz\nnoch ein Satz\n"
@@ -65,7 +66,14 @@ def _registry(tmp_path: Path, files: dict, extra_pair_key: dict | None = None) -
     ("files", "extra", "message"),
     [
         ({"a.txt": {"url": "u", "sha256": "xyz"}}, None, r"toy\.files\.a\.txt\.sha256"),
-        ({"a.txt": {"url": "u", "sha256": None, "md5": 1}}, None, r"unknown key.*md5"),
+        ({"a.txt": {"url": "u", "sha256": None, "sha1": 1}}, None, r"unknown key.*sha1"),
+        ({"a.txt": {"url": "u", "sha256": None, "md5": 1}}, None, r"a\.txt\.md5: expected 32"),
+        (
+            {"a.txt": {"url": "https://x.invalid/a.tgz", "sha256": None, "md5": "sacrebleu"}},
+            None,
+            r"a\.txt\.md5: md5 'sacrebleu', but sacrebleu [\d.]+ pins no md5 for "
+            r"https://x\.invalid/a\.tgz",
+        ),
         ({"a.txt": {"url": "u", "sha256": None}}, {"colour": 1}, r"pairs\.en-de.*colour"),
     ],
 )
@@ -214,13 +222,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
     _Handler.hits = []
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with local_http_server(_Handler) as url:
+        yield url
 
 
 def _url_dataset(tmp_path, url, sha=SHA):
@@ -258,3 +262,191 @@ def test_http_timeout_and_unreachable_host_after_retries(tmp_path, server):
     ):
         download_dataset(_url_dataset(tmp_path, dead), out, retries=0)
     assert list(out.iterdir()) == []
+
+
+# --- resumable downloads: a server on 127.0.0.1 that cuts, ignores Range or serves other bytes --
+
+BIG = bytes(range(256)) * 1200  # 307,200 bytes
+BIG_SHA = hashlib.sha256(BIG).hexdigest()
+CUT = 100_000  # where a cut connection stops
+ETAG = '"v1"'
+
+
+class _RangeHandler(http.server.BaseHTTPRequestHandler):
+    """/cut: the first response stops after CUT bytes, Range requests are honoured.
+    /norange: the first response stops after CUT bytes, Range requests are ignored (200).
+    /down: the first response stops after CUT bytes, every later request is a 503 until
+    ``up`` is set. /wrong: other bytes."""
+
+    requests: list[tuple[str, str | None, str | None]] = []
+    up = False
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        cls = type(self)
+        rng, if_range = self.headers.get("Range"), self.headers.get("If-Range")
+        cls.requests.append((self.path, rng, if_range))
+        first = sum(1 for p, _, _ in cls.requests if p == self.path) == 1
+        body = b"other bytes, same length".ljust(len(BIG), b".") if self.path == "/wrong" else BIG
+        if self.path == "/down" and not first and not cls.up:
+            self.send_error(503)
+            return
+        start = 0
+        if rng and self.path != "/norange" and if_range in (None, ETAG):
+            start = int(rng.removeprefix("bytes=").removesuffix("-"))
+        if start >= len(body):
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{len(body)}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(206 if start else 200)
+        if start:
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        self.send_header("Content-Length", str(len(body) - start))
+        self.send_header("ETag", ETAG)
+        self.end_headers()
+        end = CUT if first and self.path != "/wrong" else len(body)
+        self.close_connection = True
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(body[start:end])
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def range_server():
+    _RangeHandler.requests, _RangeHandler.up = [], False
+    with local_http_server(_RangeHandler) as url:
+        yield url
+
+
+def test_a_cut_download_continues_with_a_range_request(tmp_path, range_server, caplog):
+    caplog.set_level(logging.INFO)
+    out = tmp_path / "out"
+    ds = _url_dataset(tmp_path, f"{range_server}/cut", sha=BIG_SHA)
+    assert download_dataset(ds, out, retries=0, backoff=0.01) == {"a.txt": BIG_SHA}
+    assert (out / "a.txt").read_bytes() == BIG
+    assert _RangeHandler.requests == [("/cut", None, None), ("/cut", f"bytes={CUT}-", ETAG)]
+    assert sorted(p.name for p in out.iterdir()) == ["a.txt", LOCK_NAME]  # no .part left
+    assert f"continuing at 0.1 MB of {out / 'a.txt.part'}" in caplog.text
+
+
+def test_a_server_ignoring_range_restarts_from_zero_and_says_so(tmp_path, range_server, caplog):
+    caplog.set_level(logging.INFO)
+    out = tmp_path / "out"
+    ds = _url_dataset(tmp_path, f"{range_server}/norange", sha=BIG_SHA)
+    download_dataset(ds, out, retries=0, backoff=0.01)
+    assert (out / "a.txt").read_bytes() == BIG
+    assert [r[1] for r in _RangeHandler.requests] == [None, f"bytes={CUT}-"]
+    assert (
+        f"/norange: the server ignored the Range request for bytes {CUT}- (or the file changed "
+        "there); restarting the download from zero" in caplog.text
+    )
+
+
+def test_the_part_file_outlives_a_failed_run_and_the_next_run_continues(tmp_path, range_server):
+    out = tmp_path / "out"
+    ds = _url_dataset(tmp_path, f"{range_server}/down", sha=None)
+    with pytest.raises(
+        DataError,
+        match=r"/down: download failed after 3 attempts: HTTP 503.*the 0\.1 MB received are "
+        r"kept in .*out/a\.txt\.part, the next run continues there",
+    ):
+        download_dataset(ds, out, retries=2, backoff=0.01)
+    assert (out / "a.txt.part").read_bytes() == BIG[:CUT]
+    assert not (out / "a.txt").exists()
+    _RangeHandler.up = True
+    assert download_dataset(ds, out, retries=0) == {"a.txt": BIG_SHA}
+    assert (out / "a.txt").read_bytes() == BIG
+    assert _RangeHandler.requests[-1] == ("/down", f"bytes={CUT}-", ETAG)
+    assert json.loads((out / LOCK_NAME).read_text()) == {"a.txt": BIG_SHA}  # pinned whole
+
+
+def test_a_part_that_is_already_whole_is_not_fetched_again(tmp_path, range_server):
+    out = tmp_path / "out"
+    out.mkdir()
+    url = f"{range_server}/cut"
+    (out / "a.txt.part").write_bytes(BIG)  # a run killed between the last byte and the rename
+    (out / "a.txt.part.json").write_text(json.dumps({"url": url, "etag": ETAG}))
+    assert download_dataset(_url_dataset(tmp_path, url, sha=BIG_SHA), out) == {"a.txt": BIG_SHA}
+    assert _RangeHandler.requests == [("/cut", f"bytes={len(BIG)}-", ETAG)]  # answered 416
+
+
+def test_a_wrong_file_is_a_checksum_error_naming_it_and_is_never_resumed(tmp_path, range_server):
+    out = tmp_path / "out"
+    url = f"{range_server}/wrong"
+    with pytest.raises(
+        DataError, match=rf"{url}: sha256 [0-9a-f]{{64}} does not match .*{BIG_SHA}"
+    ):
+        download_dataset(_url_dataset(tmp_path, url, sha=BIG_SHA), out, retries=0)
+    assert sorted(p.name for p in out.iterdir()) == []  # neither the file nor a .part
+    # a checksum pinned by an earlier download: the error says how to fetch and pin afresh
+    write_json(out / LOCK_NAME, {"a.txt": BIG_SHA})
+    with pytest.raises(
+        DataError,
+        match=rf"{url}: sha256 .* expected {BIG_SHA}; the expected sha256 was pinned by the first "
+        r"download in .*checksums\.lock\.json; if that download was bad, fetch the files again "
+        r"with `snakemake --forcerun download_toy \.\.\.`",
+    ):
+        download_dataset(_url_dataset(tmp_path, url, sha=None), out, retries=0)
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
+
+
+def test_backoff_doubles_between_failed_attempts_up_to_a_minute(tmp_path, range_server):
+    from transformer_nmt.data import download
+
+    _RangeHandler.requests = [("/down", None, None)]  # as if the first request had been served
+    sleeps: list[float] = []
+    with pytest.raises(DataError, match="failed after 8 attempts"):
+        download._fetch_url(
+            f"{range_server}/down", tmp_path / "x.part", timeout=5, retries=7, backoff=1.0,
+            sleep=sleeps.append,
+        )  # fmt: skip
+    assert sleeps == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0]
+
+
+def test_md5_checks_downloads_and_the_sha256_is_pinned_beside_it(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    md5 = hashlib.md5(PAYLOAD).hexdigest()
+    spec = {"url": "http://x.invalid/a", "sha256": None, "md5": "0" * 32}
+    out = tmp_path / "out"
+    with pytest.raises(
+        DataError, match=r"mirror/toy/a\.txt: md5 [0-9a-f]{32} does not match the published 0{32}"
+    ):
+        download_dataset(
+            get_dataset(_registry(tmp_path, {"a.txt": spec}), "toy"), out, mirror=_mirror(tmp_path)
+        )
+    assert list(out.iterdir()) == []
+    ds = get_dataset(_registry(tmp_path, {"a.txt": {**spec, "md5": md5}}), "toy")
+    download_dataset(ds, out, mirror=tmp_path / "mirror")
+    assert json.loads((out / LOCK_NAME).read_text()) == {"a.txt": SHA}
+    assert f"a.txt: verified by its published md5 {md5}; pinned its sha256 {SHA}" in caplog.text
+
+
+def test_a_first_download_without_checksum_is_pinned_and_the_log_says_so(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    ds = get_dataset(
+        _registry(tmp_path, {"a.txt": {"url": "http://x.invalid", "sha256": None}}), "toy"
+    )
+    out = tmp_path / "out"
+    download_dataset(ds, out, mirror=_mirror(tmp_path))
+    assert (
+        f"a.txt: no published checksum, this first download is trusted; pinned its sha256 {SHA} "
+        f"in {out / LOCK_NAME}" in caplog.text
+    )
+    empty = _mirror(tmp_path / "e", b"")
+    with pytest.raises(DataError, match=r"e/mirror/toy/a\.txt: the download is empty"):
+        download_dataset(ds, tmp_path / "out2", mirror=empty)
+
+
+def test_wmt14_test_sets_carry_sacrebleus_md5():
+    from sacrebleu.dataset import DATASETS
+
+    registry = load_registry(REPO / "config" / "datasets.yaml")
+    for name in ("wmt14_en_de", "wmt14_en_fr"):
+        files = registry[name].files
+        for ours, theirs in (("test-full.tgz", "wmt14/full"), ("wmt13-test.tgz", "wmt13")):
+            assert files[ours].url == DATASETS[theirs].data[0]
+            assert files[ours].md5 == DATASETS[theirs].md5[0]
+    assert registry["wmt14_en_de"].files["test-full.tgz"].md5.startswith("a8cd784e")

@@ -29,7 +29,32 @@ def test_known_total_logs_every_tenth_in_scaled_units(caplog: pytest.LogCaptureF
     lines = messages(caplog)
     assert len(lines) == 10
     assert lines[0].startswith("x.tgz: 5.0/50.0 MB (10%), ")
-    assert lines[-1].startswith("x.tgz: 50.0/50.0 MB (100%), ") and lines[-1].endswith(" MB/s")
+    assert lines[-1].startswith("x.tgz: 50.0/50.0 MB (100%), ")
+    assert lines[-1].endswith(" MB/s, ETA 0:00:00")
+
+
+def test_a_resumed_download_shows_speed_of_this_run_eta_and_a_line_every_s(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transformer_nmt import progress as module
+
+    clock = [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
+    caplog.set_level(logging.INFO, logger="transformer_nmt.progress")
+    # 400 of 1000 MB were there before (a .part file): 2 MB per second from here on
+    progress = Progress(
+        1000_000_000, "big.tar", unit="MB", scale=1e6, initial=400_000_000, every_s=30,
+        stream=NotATty(),
+    )  # fmt: skip
+    for _ in range(40):  # 40 s at 2 MB/s: 480 MB, not yet the next tenth (500 MB)
+        clock[0] += 1
+        progress(2_000_000)
+    clock[0] += 1
+    progress(20_000_000)  # 500 MB: the 50% line
+    assert messages(caplog) == [
+        "big.tar: 460.0/1000.0 MB (46%), 2.0 MB/s, ETA 0:04:30",  # 30 s without a line
+        "big.tar: 500.0/1000.0 MB (50%), 2.4 MB/s, ETA 0:03:25",
+    ]
 
 
 def test_unknown_total_logs_every_report_every_units(caplog: pytest.LogCaptureFixture) -> None:

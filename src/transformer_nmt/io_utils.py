@@ -50,12 +50,19 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
-        _fsync(tmp)
-        os.replace(tmp, target)
-        _fsync(target.parent)
+        replace_durably(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def replace_durably(tmp: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Rename a finished file onto ``target`` (same directory), with its data on disk first and
+    the directory entry after: ``target`` is whole or absent, also after a crash."""
+    tmp, target = Path(tmp), Path(target)
+    _fsync(tmp)
+    os.replace(tmp, target)
+    _fsync(target.parent)
 
 
 def _fsync(path: Path) -> None:

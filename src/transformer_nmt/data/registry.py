@@ -2,6 +2,10 @@
 
 ``load_registry(path)`` validates the whole file and returns typed objects; every problem is a
 ``ConfigError`` naming the file and the key path (``multi30k.pairs.en-de.splits.train[0].de``).
+
+A file's checksums: ``sha256`` (64 hex digits or null) and, optionally, ``md5`` (32 hex digits,
+or ``sacrebleu``: the md5 that the installed sacrebleu's dataset table, ``DATASETS``, pins for
+the same URL, looked up when the registry is read, so that nobody copies it by hand).
 """
 
 from __future__ import annotations
@@ -17,19 +21,47 @@ from transformer_nmt.errors import ConfigError
 
 FORMATS = ("text", "gzip", "sgml")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_MD5 = re.compile(r"^[0-9a-f]{32}$")
+MD5_FROM_SACREBLEU = "sacrebleu"
 
 
 @dataclass(frozen=True)
 class FileSpec:
-    """A file to download: its name under ``resources/<dataset>/``, URL and sha256 (or None)."""
+    """A file to download: its name under ``resources/<dataset>/``, URL, sha256 and md5 (each
+    None when not published)."""
 
     name: str
     url: str
     sha256: str | None
+    md5: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The entry as written under ``files:`` in the registry."""
-        return {"url": self.url, "sha256": self.sha256}
+        """The entry as written under ``files:`` in the registry (md5 resolved, when set)."""
+        entry = {"url": self.url, "sha256": self.sha256}
+        return entry if self.md5 is None else {**entry, "md5": self.md5}
+
+
+def sacrebleu_md5(url: str, where: str) -> str:
+    """The md5 that sacrebleu's dataset table pins for the archive at ``url``."""
+    import sacrebleu
+    from sacrebleu.dataset import DATASETS
+
+    for dataset in DATASETS.values():
+        for i, data_url in enumerate(dataset.data):
+            if data_url == url and dataset.md5 and i < len(dataset.md5):
+                return dataset.md5[i]
+    raise ConfigError(
+        f"{where}: md5 'sacrebleu', but sacrebleu {sacrebleu.__version__} pins no md5 for {url} "
+        "(its DATASETS table); give the md5 as 32 hex digits, or null"
+    )
+
+
+def _parse_md5(value: Any, url: str, where: str) -> str | None:
+    if value is None or (isinstance(value, str) and _MD5.match(value)):
+        return value
+    if value == MD5_FROM_SACREBLEU:
+        return sacrebleu_md5(url, where)
+    raise ConfigError(f"{where}: expected 32 lowercase hex digits, 'sacrebleu' or null")
 
 
 @dataclass(frozen=True)
@@ -108,13 +140,15 @@ def _parse_dataset(name: str, raw: Any, where: str) -> Dataset:
     for fname, spec in _expect(raw["files"], dict, f"{where}.files").items():
         fw = f"{where}.files.{fname}"
         _expect(spec, dict, fw)
-        _keys(spec, {"url", "sha256"}, set(), fw)
+        _keys(spec, {"url", "sha256"}, {"md5"}, fw)
         if "/" in fname or fname in (".", ".."):
             raise ConfigError(f"{fw}: file names must be plain names without '/'")
         sha = spec["sha256"]
         if sha is not None and not (isinstance(sha, str) and _SHA256.match(sha)):
             raise ConfigError(f"{fw}.sha256: expected 64 lowercase hex digits or null")
-        files[fname] = FileSpec(fname, _expect(spec["url"], str, f"{fw}.url"), sha)
+        url = _expect(spec["url"], str, f"{fw}.url")
+        md5 = _parse_md5(spec.get("md5"), url, f"{fw}.md5")
+        files[fname] = FileSpec(fname, url, sha, md5)
     pairs: dict[str, Pair] = {}
     for pname, praw in _expect(raw["pairs"], dict, f"{where}.pairs").items():
         pw = f"{where}.pairs.{pname}"
