@@ -75,7 +75,7 @@ EUROPARL_EN = [
     "one two three four five six seven eight nine ten eleven twelve",  # ratio 12:1
     "word " * 30,  # 30 tokens: too long for max_length 20
     "Resumption of the session",  # duplicate of line 1
-    "Bell\x07 rings",  # control character removed
+    "Bell\x07 rings",  # a control character: dropped
 ]
 EUROPARL_DE = [
     "Wiederaufnahme der Sitzungsperiode",
@@ -161,7 +161,8 @@ def _read(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").split("\n")[:-1]
 
 
-RULES = CleanConfig(max_length=20, max_length_ratio=3.0)
+# one broken pair of 8 in europarl: above the default 1% a damaged file would stop the stage
+RULES = CleanConfig(max_length=20, max_length_ratio=3.0, max_invalid_share=0.2)
 
 
 def test_wmt_archives_extract_clean_and_report(wmt_toy, tmp_path):
@@ -172,23 +173,29 @@ def test_wmt_archives_extract_clean_and_report(wmt_toy, tmp_path):
         "Resumption of the session",
         "I declare resumed the session.",
         "Please rise for a minute of silence.",
-        "Bell rings",
         "A new pair from the second corpus",
         "Trailing tab",
     ]
-    assert _read(out / "train.de")[3:] == ["Glocke läutet", "Ein neues Paar", "Tabulator"]
+    assert _read(out / "train.de")[3:] == ["Ein neues Paar", "Tabulator"]
     train = report["splits"]["train"]
     assert train["filtered"] is True
     assert train["corpora"]["europarl_v7"] == {
         "read": 8,
-        "kept": 4,
-        "dropped": {"empty": 1, "too_long": 1, "length_ratio": 1, "duplicate": 1},
-        "modified": {"control_chars": 1},
+        "kept": 3,
+        "dropped": {
+            "invalid_utf8": 0,
+            "control_chars": 1,
+            "empty": 1,
+            "too_long": 1,
+            "length_ratio": 1,
+            "duplicate": 1,
+        },
+        "modified": {"tabs": 0},
     }
     # the first giga pair repeats europarl's first pair: a duplicate across corpora
     assert train["corpora"]["giga"]["dropped"]["duplicate"] == 1
-    assert train["corpora"]["giga"]["modified"] == {"control_chars": 1}  # the tab
-    assert (train["read"], train["kept"]) == (11, 6)
+    assert train["corpora"]["giga"]["modified"] == {"tabs": 1}  # a tab becomes a space
+    assert (train["read"], train["kept"]) == (11, 5)
     assert json.loads((out / "clean_report.json").read_text()) == report
     # validation and test: never filtered, SGML segments read as sacrebleu reads them
     assert _read(out / "valid.en") == DEV_EN and _read(out / "valid.de") == DEV_DE
@@ -212,10 +219,13 @@ def test_wmt_archives_extract_clean_and_report(wmt_toy, tmp_path):
 
 def test_rules_can_be_switched_off_and_max_sentences_cuts_every_split(wmt_toy, tmp_path):
     dataset, raw = wmt_toy
-    rules = CleanConfig(dedupe=False, max_length=None, max_length_ratio=None)
+    rules = CleanConfig(
+        dedupe=False, max_length=None, max_length_ratio=None, drop_control_chars=False
+    )
     report = prepare_pair(dataset, "en-de", raw, tmp_path / "a", rules)
     assert report["splits"]["train"]["kept"] == 10  # only the empty pair dropped
     assert report["splits"]["train"]["dropped"]["empty"] == 1
+    assert _read(tmp_path / "a" / "train.en")[6] == "Bell\x07 rings"  # kept as it was
     small = CleanConfig(max_sentences=2)
     report = prepare_pair(dataset, "en-de", raw, tmp_path / "b", small)
     assert {split: r["read"] for split, r in report["splits"].items()} == {
@@ -231,8 +241,9 @@ def test_cli_prepare_with_clean_json(wmt_toy, tmp_path, capsys):
     reg = raw.parent / "datasets.yaml"
     base = ["prepare", "--registry", str(reg), "--dataset", "wmt_toy", "--pair", "en-de"]
     base += ["--raw-dir", str(raw), "--out-dir", str(tmp_path / "out")]
-    assert main([*base, "--clean", '{"max_length": 20, "max_length_ratio": 3}']) == 0
-    assert len(_read(tmp_path / "out" / "train.en")) == 6
+    clean = '{"max_length": 20, "max_length_ratio": 3, "max_invalid_share": 0.2}'
+    assert main([*base, "--clean", clean]) == 0
+    assert len(_read(tmp_path / "out" / "train.en")) == 5
     assert main([*base, "--clean", '{"max_len": 20}']) == 2
     assert "unknown cleaning rule 'max_len'" in capsys.readouterr().err
 
@@ -245,6 +256,7 @@ def test_cli_prepare_with_clean_json(wmt_toy, tmp_path, capsys):
         ({"max_length": 0}, "max_length must be null or a positive integer"),
         ({"max_length_ratio": 0.5}, "max_length_ratio must be null or a number >= 1"),
         ({"max_sentences": 1.5}, "max_sentences must be null or a positive integer"),
+        ({"max_invalid_share": 2}, "max_invalid_share must be null or a number from 0 to 1"),
     ],
 )
 def test_clean_config_errors_name_the_key(raw, message):
@@ -285,9 +297,82 @@ def test_truncated_gzip_names_file_and_line(tmp_path):
     )
 
 
-def test_invalid_utf8_names_file_and_line(tmp_path):
-    dataset, raw = _plain_dataset(tmp_path, b"ok\nfine\nbad \xff byte\n", b"a\nb\nc\n")
-    _fails(dataset, raw, tmp_path / "out", r"raw/train\.en: line 3: invalid UTF-8")
+def _train_valid_dataset(tmp_path: Path, train_en: bytes, train_de: bytes, valid_en: bytes):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name, data in (("train.en", train_en), ("train.de", train_de), ("valid.en", valid_en),
+                       ("valid.de", b"a\nb\nc\n")):  # fmt: skip
+        (raw / name).write_bytes(data)
+    splits = {
+        split: [
+            {
+                "name": split,
+                "en": _side(f"{split}.en", None, "text"),
+                "de": _side(f"{split}.de", None, "text"),
+            }
+        ]  # fmt: skip
+        for split in ("train", "valid")
+    }
+    return get_dataset(_write_registry(raw, splits, []), "wmt_toy"), raw
+
+
+def _numbered(n: int, word: str, bad: dict[int, bytes]) -> bytes:
+    return b"".join(bad.get(i, f"{word} {i}\n".encode()) for i in range(1, n + 1))
+
+
+def test_training_pairs_that_are_not_text_are_dropped_and_counted(tmp_path):
+    # 200 pairs: line 7 of en has a byte that is no UTF-8, line 50 of de a control character
+    train_en = _numbered(200, "sentence", {7: b"caf\xe9 cr\xe8me\n"})
+    train_de = _numbered(200, "Satz", {50: b"Satz \x1b[0m 50\n"})
+    dataset, raw = _train_valid_dataset(tmp_path, train_en, train_de, b"x\ny\nz\n")
+    report = prepare_pair(dataset, "en-de", raw, tmp_path / "out", CleanConfig())
+    train = report["splits"]["train"]["corpora"]["train"]
+    assert (train["read"], train["kept"]) == (200, 198)
+    assert train["dropped"]["invalid_utf8"] == 1 and train["dropped"]["control_chars"] == 1
+    kept_en = _read(tmp_path / "out" / "train.en")
+    assert "sentence 6" in kept_en and "sentence 50" not in kept_en
+    assert not any(line.startswith("caf") for line in kept_en)
+    assert len(kept_en) == len(_read(tmp_path / "out" / "train.de")) == 198
+
+
+def test_too_many_broken_training_pairs_stop_the_stage_naming_the_file(tmp_path):
+    bad = {3: b"\xff\xfe\n", 90: b"\xc3\n", 91: b"ok \x00\n"}  # 3 of 200: 1.5% > 1%
+    train_en = _numbered(200, "sentence", bad)
+    dataset, raw = _train_valid_dataset(tmp_path, train_en, _numbered(200, "Satz", {}), b"x\n" * 3)
+    _fails(
+        dataset,
+        raw,
+        tmp_path / "out",
+        r"raw/train\.en: 3 of the 200 pairs of corpus 'train' \(1\.50%\) are not valid UTF-8 or "
+        r"hold control characters \(the first at line 3\), more than clean\.max_invalid_share "
+        r"\(1\.00%\) allows: the file is likely damaged \(or raise clean\.max_invalid_share\); "
+        r"fetch the files again with `snakemake --forcerun download_wmt_toy \.\.\.`",
+    )
+    loose = CleanConfig(max_invalid_share=0.02)
+    report = prepare_pair(dataset, "en-de", raw, tmp_path / "out", loose)
+    assert report["splits"]["train"]["dropped"]["invalid_utf8"] == 2
+
+
+def test_dev_and_test_sets_stay_strict_utf8_and_name_the_fix(tmp_path):
+    train = _numbered(10, "s", {})
+    dataset, raw = _train_valid_dataset(tmp_path, train, train, b"ok\nfine\nbad \xff byte\n")
+    _fails(
+        dataset,
+        raw,
+        tmp_path / "out",
+        r"raw/valid\.en: line 3: invalid UTF-8 \(byte 5: b'\\xff'\); fetch the files again with "
+        r"`snakemake --forcerun download_wmt_toy \.\.\.`",
+    )
+
+
+def test_an_empty_corpus_file_names_the_file_and_the_fix(tmp_path):
+    dataset, raw = _train_valid_dataset(tmp_path, b"", b"", b"x\ny\nz\n")
+    _fails(
+        dataset,
+        raw,
+        tmp_path / "out",
+        r"raw/train\.en: corpus 'train' has no line; .*--forcerun download_wmt_toy",
+    )
 
 
 def test_misaligned_line_counts_name_both_files(tmp_path):
@@ -297,7 +382,8 @@ def test_misaligned_line_counts_name_both_files(tmp_path):
         raw,
         tmp_path / "out",
         r"misaligned corpus 'c': .*raw/train\.de ends after line 2 "
-        r"but .*raw/train\.en has a line 3",
+        r"but .*raw/train\.en has a line 3; fetch the files again with "
+        r"`snakemake --forcerun download_wmt_toy \.\.\.`",
     )
 
 

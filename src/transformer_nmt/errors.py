@@ -9,6 +9,11 @@ class DataError(UserFacingError):
     """A corrupt, missing, misaligned or unverifiable data file."""
 
 
+class DamagedFileError(DataError):
+    """A downloaded file whose content is wrong (truncated, corrupt, not text, misaligned, empty,
+    missing): a fresh download fixes it, and the stage's error says how to get one."""
+
+
 class ConfigError(UserFacingError):
     """An invalid config value or unknown config key."""
 

@@ -19,7 +19,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--clean",
         default="{}",
         help="JSON object of cleaning rules (keys: strip, drop_control_chars, drop_empty, "
-        "max_length, max_length_ratio, dedupe, max_sentences); missing keys take defaults",
+        "max_length, max_length_ratio, dedupe, max_invalid_share, max_sentences); missing keys "
+        "take defaults",
     )
 
 

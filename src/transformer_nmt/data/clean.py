@@ -5,8 +5,15 @@ only checked: aligned, valid UTF-8). The paper does not describe its cleaning; t
 usual Moses ``clean-corpus-n`` style rules, each a named key of the ``--clean`` JSON:
 
 - ``strip`` (true): remove leading/trailing whitespace of each side.
-- ``drop_control_chars`` (true): delete control characters (Unicode category Cc; a tab becomes a
-  space); pairs changed this way are counted under ``modified.control_chars``.
+- ``drop_control_chars`` (true): drop pairs holding a control character (Unicode category Cc,
+  as crawled text has from broken encodings) under ``dropped.control_chars``; a tab is no
+  reason to drop a pair: it becomes a space, and pairs changed so are counted under
+  ``modified.tabs``.
+- Lines that are not valid UTF-8 (only training corpora are read leniently, see
+  ``data/readers.py``) drop their pair under ``dropped.invalid_utf8``.
+- ``max_invalid_share`` (0.01): if more than this share of a corpus's pairs were dropped as
+  ``invalid_utf8`` or ``control_chars``, the file is likely damaged and the stage stops, naming
+  it; null = no limit.
 - ``drop_empty`` (true): drop pairs with an empty side.
 - ``max_length`` (250): drop pairs with a side longer than this many whitespace tokens; null = off.
 - ``max_length_ratio`` (9.0): drop pairs whose longer side has more than this many times the
@@ -25,14 +32,14 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from transformer_nmt.data.readers import InvalidLine
 from transformer_nmt.errors import ConfigError
 
-# Unicode category Cc = U+0000..U+001F and U+007F..U+009F.
-_CONTROL = {c: None for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
-_CONTROL[ord("\t")] = " "
-_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
+# Unicode category Cc = U+0000..U+001F and U+007F..U+009F; the tab is not a reason to drop.
+_CONTROL_RE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 
-DROP_REASONS = ("empty", "too_long", "length_ratio", "duplicate")
+DROP_REASONS = ("invalid_utf8", "control_chars", "empty", "too_long", "length_ratio", "duplicate")
+BROKEN_REASONS = ("invalid_utf8", "control_chars")  # what max_invalid_share limits
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,7 @@ class CleanConfig:
     max_length: int | None = 250
     max_length_ratio: float | None = 9.0
     dedupe: bool = True
+    max_invalid_share: float | None = 0.01
     max_sentences: int | None = None  # testing option, not the paper: first N pairs per split
 
     @classmethod
@@ -78,47 +86,60 @@ def _check_value(key: str, value: Any, where: str) -> None:
         ok = isinstance(value, bool)
     elif key in ("max_length", "max_sentences"):
         ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
+    elif key == "max_invalid_share":
+        ok = value is None or (
+            isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1
+        )
     else:  # max_length_ratio
         ok = value is None or (
             isinstance(value, int | float) and not isinstance(value, bool) and value >= 1
         )
     if not ok:
-        expected = (
-            "true or false"
-            if key in bools
-            else "null or a number >= 1"
-            if key == "max_length_ratio"
-            else "null or a positive integer"
-        )
+        expected = {
+            "max_length_ratio": "null or a number >= 1",
+            "max_invalid_share": "null or a number from 0 to 1",
+        }.get(key, "true or false" if key in bools else "null or a positive integer")
         raise ConfigError(f"{where}: {key} must be {expected}, got {value!r}")
 
 
 @dataclass
 class CorpusCounts:
-    """What happened to one corpus of one split."""
+    """What happened to one corpus of one split. ``broken``: pairs dropped for one of the
+    ``BROKEN_REASONS`` per side ("src", "tgt") at fault."""
 
     read: int = 0
     kept: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
     modified: Counter[str] = field(default_factory=Counter)
+    broken: Counter[str] = field(default_factory=Counter)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "read": self.read,
             "kept": self.kept,
             "dropped": {reason: self.dropped[reason] for reason in DROP_REASONS},
-            "modified": {"control_chars": self.modified["control_chars"]},
+            "modified": {"tabs": self.modified["tabs"]},
         }
+
+
+def _broken(counts: CorpusCounts, reason: str, src_at_fault: bool) -> None:
+    counts.dropped[reason] += 1
+    counts.broken["src" if src_at_fault else "tgt"] += 1
 
 
 def clean_pair(
     src: str, tgt: str, rules: CleanConfig, counts: CorpusCounts
 ) -> tuple[str, str] | None:
-    """Apply every rule but ``dedupe`` to one training pair; None (and a count) if dropped."""
-    # the regex scan runs in C; str.translate (slow per character) only on the rare hits
+    """Apply every rule but ``dedupe`` to one training pair; None (and a count) if dropped.
+    A side read as an ``InvalidLine`` (not UTF-8) drops the pair under ``invalid_utf8``."""
+    if isinstance(src, InvalidLine) or isinstance(tgt, InvalidLine):
+        return _broken(counts, "invalid_utf8", isinstance(src, InvalidLine))
+    # the regex scan runs in C
     if rules.drop_control_chars and (_CONTROL_RE.search(src) or _CONTROL_RE.search(tgt)):
-        src, tgt = src.translate(_CONTROL), tgt.translate(_CONTROL)
-        counts.modified["control_chars"] += 1
+        return _broken(counts, "control_chars", _CONTROL_RE.search(src) is not None)
+    if rules.drop_control_chars and ("\t" in src or "\t" in tgt):
+        src, tgt = src.replace("\t", " "), tgt.replace("\t", " ")
+        counts.modified["tabs"] += 1
     if rules.strip:
         src, tgt = src.strip(), tgt.strip()
     if rules.drop_empty and (not src.strip() or not tgt.strip()):

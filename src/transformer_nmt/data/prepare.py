@@ -32,11 +32,11 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from transformer_nmt.data.clean import CleanConfig, CorpusCounts, clean_pair
-from transformer_nmt.data.download import verify_files
+from transformer_nmt.data.clean import BROKEN_REASONS, CleanConfig, CorpusCounts, clean_pair
+from transformer_nmt.data.download import redownload_hint, verify_files
 from transformer_nmt.data.readers import iter_lines, side_label
 from transformer_nmt.data.registry import Corpus, Dataset, Pair
-from transformer_nmt.errors import DataError
+from transformer_nmt.errors import DamagedFileError, DataError
 from transformer_nmt.io_utils import write_json
 
 log = logging.getLogger(__name__)
@@ -47,18 +47,46 @@ OVERLAP_KINDS = ("source", "target", "pair")
 OVERLAP_NORMALISATION = "NFKC, lowercase, whitespace collapsed"
 
 
-def read_pairs(raw_dir: Path, corpus: Corpus, src: str, tgt: str) -> Iterator[tuple[str, str]]:
-    """Aligned (source, target) lines of a corpus; DataError if the line counts differ."""
+def read_pairs(
+    raw_dir: Path, corpus: Corpus, src: str, tgt: str, *, lenient: bool = False
+) -> Iterator[tuple[str, str]]:
+    """Aligned (source, target) lines of a corpus; DamagedFileError if the line counts differ
+    or the corpus has no line. ``lenient``: lines that are not UTF-8 come as ``InvalidLine``."""
     src_side, tgt_side = corpus.sides[src], corpus.sides[tgt]
-    pairs = zip_longest(iter_lines(raw_dir, src_side), iter_lines(raw_dir, tgt_side))
+    pairs = zip_longest(
+        iter_lines(raw_dir, src_side, lenient=lenient),
+        iter_lines(raw_dir, tgt_side, lenient=lenient),
+    )
+    n = 0
     for n, (s, t) in enumerate(pairs, 1):
         if s is None or t is None:
             short, longer = (src_side, tgt_side) if s is None else (tgt_side, src_side)
-            raise DataError(
+            raise DamagedFileError(
                 f"misaligned corpus {corpus.name!r}: {side_label(raw_dir, short)} ends after "
                 f"line {n - 1} but {side_label(raw_dir, longer)} has a line {n}"
             )
         yield s, t
+    if n == 0:
+        raise DamagedFileError(
+            f"{side_label(raw_dir, src_side)}: corpus {corpus.name!r} has no line"
+        )
+
+
+def _check_broken_share(
+    raw_dir: Path, pair: Pair, corpus: Corpus, counts: CorpusCounts, first_bad: int | None,
+    limit: float | None,
+) -> None:  # fmt: skip
+    """DamagedFileError when more than ``limit`` of the corpus's pairs were not text."""
+    broken = sum(counts.dropped[reason] for reason in BROKEN_REASONS)
+    if limit is None or broken <= limit * counts.read:
+        return
+    lang = pair.src if counts.broken["src"] >= counts.broken["tgt"] else pair.tgt
+    raise DamagedFileError(
+        f"{side_label(raw_dir, corpus.sides[lang])}: {broken} of the {counts.read} pairs of "
+        f"corpus {corpus.name!r} ({broken / counts.read:.2%}) are not valid UTF-8 or hold "
+        f"control characters (the first at line {first_bad}), more than clean.max_invalid_share "
+        f"({limit:.2%}) allows: the file is likely damaged (or raise clean.max_invalid_share)"
+    )
 
 
 def _open_text(path: Path, mode: str) -> TextIO:
@@ -99,10 +127,14 @@ def _prepare_train(
     with _open_text(first[0], "w") as out_src, _open_text(first[1], "w") as out_tgt:
         for ci, corpus in enumerate(corpora):
             c = counts[corpus.name]
-            for s, t in _limited(read_pairs(raw_dir, corpus, pair.src, pair.tgt), budget):
+            first_bad = None
+            pairs = read_pairs(raw_dir, corpus, pair.src, pair.tgt, lenient=True)
+            for s, t in _limited(pairs, budget):
                 c.read += 1
                 cleaned = clean_pair(s, t, rules, c)
                 if cleaned is None:
+                    if first_bad is None and c.broken.total():
+                        first_bad = c.read
                     continue
                 out_src.write(cleaned[0] + "\n")
                 out_tgt.write(cleaned[1] + "\n")
@@ -111,6 +143,7 @@ def _prepare_train(
                     corpus_ids.append(ci)
                 else:
                     c.kept += 1
+            _check_broken_share(raw_dir, pair, corpus, c, first_bad, rules.max_invalid_share)
     if not rules.dedupe:
         return counts
     h = np.frombuffer(hashes, dtype=np.uint64) if len(hashes) else np.zeros(0, np.uint64)
@@ -241,39 +274,48 @@ def prepare_pair(
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp_dir = Path(tempfile.mkdtemp(prefix=".prepare.", dir=out_dir))
     try:
-        report: dict[str, Any] = {
-            "dataset": dataset.name,
-            "pair": pair.name,
-            "rules": rules.to_dict(),
-            "splits": {},
-        }
-        for split in pair.splits:
-            if split == "train":
-                counts = _prepare_train(pair, raw_dir, tmp_dir, rules)
-            else:
-                counts = _prepare_eval(pair, split, raw_dir, tmp_dir, rules)
-            report["splits"][split] = _split_report(counts, filtered=split == "train")
-            log.info(
-                "%s: %d pairs read, %d kept",
-                split,
-                report["splits"][split]["read"],
-                report["splits"][split]["kept"],
-            )
-        eval_splits = [split for split in pair.splits if split != "train"]
-        if "train" in pair.splits and eval_splits:
-            overlap = train_overlap(tmp_dir, pair.src, pair.tgt, eval_splits)
-            report["overlap_normalisation"] = OVERLAP_NORMALISATION
-            report["overlap_lines_listed"] = OVERLAP_LINES
-            for split, counts in overlap.items():
-                report["splits"][split]["train_overlap"] = counts
-                log.info(
-                    "%s: %d/%d pairs also in train (source %d, target %d)",
-                    split, counts["pair"], counts["sentences"], counts["source"],
-                    counts["target"],
-                )  # fmt: skip
-        write_json(tmp_dir / REPORT_NAME, report)
-        for path in sorted(tmp_dir.iterdir()):
-            os.replace(path, out_dir / path.name)
+        return _prepare_into(dataset, pair, raw_dir, out_dir, tmp_dir, rules)
+    except DamagedFileError as err:  # a fresh download fixes it: say how to get one
+        raise DataError(f"{err}; {redownload_hint(dataset.name)}") from err
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def _prepare_into(
+    dataset: Dataset, pair: Pair, raw_dir: Path, out_dir: Path, tmp_dir: Path, rules: CleanConfig
+) -> dict[str, Any]:
+    """``prepare_pair``'s work: every output into ``tmp_dir``, then moved into ``out_dir``."""
+    report: dict[str, Any] = {
+        "dataset": dataset.name,
+        "pair": pair.name,
+        "rules": rules.to_dict(),
+        "splits": {},
+    }
+    for split in pair.splits:
+        if split == "train":
+            counts = _prepare_train(pair, raw_dir, tmp_dir, rules)
+        else:
+            counts = _prepare_eval(pair, split, raw_dir, tmp_dir, rules)
+        report["splits"][split] = _split_report(counts, filtered=split == "train")
+        log.info(
+            "%s: %d pairs read, %d kept",
+            split,
+            report["splits"][split]["read"],
+            report["splits"][split]["kept"],
+        )
+    eval_splits = [split for split in pair.splits if split != "train"]
+    if "train" in pair.splits and eval_splits:
+        overlap = train_overlap(tmp_dir, pair.src, pair.tgt, eval_splits)
+        report["overlap_normalisation"] = OVERLAP_NORMALISATION
+        report["overlap_lines_listed"] = OVERLAP_LINES
+        for split, counts in overlap.items():
+            report["splits"][split]["train_overlap"] = counts
+            log.info(
+                "%s: %d/%d pairs also in train (source %d, target %d)",
+                split, counts["pair"], counts["sentences"], counts["source"],
+                counts["target"],
+            )  # fmt: skip
+    write_json(tmp_dir / REPORT_NAME, report)
+    for path in sorted(tmp_dir.iterdir()):
+        os.replace(path, out_dir / path.name)
     return report

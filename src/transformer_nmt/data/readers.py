@@ -7,7 +7,10 @@ archive make the archive unsafe (absolute member names, which ``data_filter`` wo
 silently make relative, are refused too), and reading it is a ``DataError``.
 
 Lines are split at ``\\n`` only (a trailing ``\\r`` is removed) and decoded as strict UTF-8; an
-invalid byte, a truncated or corrupt gzip stream is a ``DataError`` naming the file and line.
+invalid byte, a truncated or corrupt gzip stream is a ``DamagedFileError`` naming the file and
+line. Crawled training corpora are read with ``lenient=True``: a line that is not valid UTF-8
+is then yielded as an ``InvalidLine`` (its text with U+FFFD for the bad bytes), which the
+prepare stage drops and counts; dev and test sets are always read strictly.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from transformer_nmt.data.registry import Side
-from transformer_nmt.errors import DataError
+from transformer_nmt.errors import DamagedFileError, DataError
 
 # Any absolute directory serves as the pretend extraction root for the safety check.
 _CHECK_ROOT = "/transformer_nmt_archive_root"
@@ -31,6 +34,18 @@ _CHECK_ROOT = "/transformer_nmt_archive_root"
 # the text between the tags, whitespace runs collapsed, no entity unescaping.
 _SEG = re.compile(r"<seg.*?>(.*)</seg>.*?")
 _SPACES = re.compile(r"\s+")
+
+
+class InvalidLine(str):
+    """A line that is not valid UTF-8 (lenient reading): decoded with U+FFFD replacements.
+    ``number``: its 1-based line number."""
+
+    number: int
+
+    def __new__(cls, text: str, number: int) -> InvalidLine:
+        line = super().__new__(cls, text)
+        line.number = number
+        return line
 
 
 def check_archive_members(tar: tarfile.TarFile, archive: Path) -> None:
@@ -48,61 +63,65 @@ def check_archive_members(tar: tarfile.TarFile, archive: Path) -> None:
 def open_member(archive: Path, member: str) -> Iterator[BinaryIO]:
     """A binary stream of one regular-file member of a (possibly compressed) tar archive."""
     if not archive.is_file():
-        raise DataError(f"{archive}: archive not found")
+        raise DamagedFileError(f"{archive}: archive not found")
     try:
         tar = tarfile.open(archive, "r:*")  # noqa: SIM115 (closed by the with block below)
     except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
-        raise DataError(f"{archive}: not a readable tar archive ({err})") from err
+        raise DamagedFileError(f"{archive}: not a readable tar archive ({err})") from err
     with tar:
         try:
             check_archive_members(tar, archive)
             info = tar.getmember(member)
         except KeyError as err:
-            raise DataError(f"{archive}: has no member {member!r}") from err
+            raise DamagedFileError(f"{archive}: has no member {member!r}") from err
         except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
-            raise DataError(f"{archive}: corrupt or truncated tar archive ({err})") from err
+            raise DamagedFileError(f"{archive}: corrupt or truncated tar archive ({err})") from err
         stream = tar.extractfile(info)
         if stream is None:
             raise DataError(f"{archive}: member {member!r} is not a regular file")
         yield stream
 
 
-def _split_lines(raw: BinaryIO, fmt: str, label: str) -> Iterator[str]:
+def _split_lines(raw: BinaryIO, fmt: str, label: str, lenient: bool) -> Iterator[str]:
     stream: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if fmt == "gzip" else raw
     n = 0
     try:
         for n, line in enumerate(stream, 1):  # binary iteration splits at b"\n" only
+            invalid = False
             try:
                 text = line.decode("utf-8")
             except UnicodeDecodeError as err:
-                raise DataError(
-                    f"{label}: line {n}: invalid UTF-8 (byte {err.start + 1}: "
-                    f"{line[err.start : err.start + 1]!r})"
-                ) from err
+                if not lenient:
+                    raise DamagedFileError(
+                        f"{label}: line {n}: invalid UTF-8 (byte {err.start + 1}: "
+                        f"{line[err.start : err.start + 1]!r})"
+                    ) from err
+                text, invalid = line.decode("utf-8", errors="replace"), True
             text = text.removesuffix("\n").removesuffix("\r")
             if fmt == "sgml":
-                if text.startswith("<seg "):
-                    yield _SPACES.sub(" ", _SEG.sub(r"\1", text).strip())
-            else:
-                yield text
+                if not text.startswith("<seg "):
+                    continue
+                text = _SPACES.sub(" ", _SEG.sub(r"\1", text).strip())
+            yield InvalidLine(text, n) if invalid else text
     except EOFError as err:
-        raise DataError(f"{label}: truncated gzip stream after line {n}") from err
+        raise DamagedFileError(f"{label}: truncated gzip stream after line {n}") from err
     except (gzip.BadGzipFile, zlib.error, tarfile.TarError) as err:
-        raise DataError(f"{label}: corrupt compressed data after line {n} ({err})") from err
+        raise DamagedFileError(f"{label}: corrupt compressed data after line {n} ({err})") from err
 
 
-def iter_lines(raw_dir: str | Path, side: Side) -> Iterator[str]:
-    """The lines (segments, for SGML) of one corpus side, without line terminators."""
+def iter_lines(raw_dir: str | Path, side: Side, *, lenient: bool = False) -> Iterator[str]:
+    """The lines (segments, for SGML) of one corpus side, without line terminators.
+    ``lenient``: a line that is not UTF-8 comes as an ``InvalidLine`` instead of an error."""
     path = Path(raw_dir) / side.file
     label = side_label(raw_dir, side)
     if side.member is None:
         if not path.is_file():
-            raise DataError(f"{path}: raw file not found (run the download stage)")
+            raise DamagedFileError(f"{path}: raw file not found (run the download stage)")
         with open(path, "rb") as raw:
-            yield from _split_lines(raw, side.format, label)
+            yield from _split_lines(raw, side.format, label, lenient)
     else:
         with open_member(path, side.member) as raw:
-            yield from _split_lines(raw, side.format, label)
+            yield from _split_lines(raw, side.format, label, lenient)
 
 
 def side_label(raw_dir: str | Path, side: Side) -> str:
