@@ -1,28 +1,36 @@
 """Data stages at WMT14 EN-DE scale: time, throughput and peak memory of each stage.
 
 A synthetic corpus with the shape of WMT14 EN-DE (4.5M pairs, ~25 words per side, Zipfian
-word frequencies) goes through the real stage CLIs, each in its own subprocess:
-prepare (cleaning, dedupe) -> spm-train -> encode (``--workers``) -> one pass of the training
+word frequencies, a few lines with bytes that are not UTF-8 or control characters as in Common
+Crawl), packed into a tar archive as the WMT training archives are, goes through the real stage
+CLIs, each in its own subprocess: download (from an HTTP server on 127.0.0.1; sha256 pinned)
+-> prepare (archive reading, lenient decoding, cleaning, dedupe) -> spm-train (the recipe's
+10M-sentence sample by default) -> encode (``--workers``) -> one pass of the training
 DataLoader. Peak memory is the largest sum of PSS (proportional set size: resident memory with
 shared pages split among their processes) over the stage's process tree, polled from /proc
 every 50 ms. File-backed pages of the memory-mapped arrays count in it although the kernel can
 drop them at will, so the anonymous part is reported too.
 
     python benchmarks/bench_data.py                 # full size (4.5M pairs)
-    python benchmarks/bench_data.py --pairs 200000  # quick run
+    python benchmarks/bench_data.py --pairs 450000  # 10% (a quick run)
     python benchmarks/bench_data.py --loader-only   # the loader alone on 4.5M pairs of arrays
 
 Prints a table and writes benchmarks/out/data.json. Targets (issue 3): encode < 2 GiB, loader
-< 1 GiB, loader tokens/s far above the ~300k tokens/s one H100 trains on.
+< 1 GiB, loader tokens/s far above the ~300k tokens/s one H100 trains on. Issue 18: every data
+stage's peak within what profiles/slurm asks for a data job (``default-resources.mem_mb``).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -34,6 +42,23 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "out"
 H100_TOKENS_PER_S = 300_000
+RECIPE = REPO / "config" / "experiments" / "wmt14_en_de_base.yaml"
+SLURM_PROFILE = REPO / "profiles" / "slurm" / "config.yaml"
+ARCHIVE = "training-synthetic.tar"  # members as in Europarl's tgz: training/<corpus>.de-en.<lang>
+
+
+def recipe_spm_sample() -> int:
+    """The WMT14 EN-DE recipe's SentencePiece sample (10M sentences)."""
+    config = yaml.safe_load(RECIPE.read_text(encoding="utf-8"))
+    return int(config["data"]["wmt14_en_de"]["en-de"]["spm_sample_sentences"])
+
+
+def slurm_data_job_mb() -> int:
+    """What the SLURM profile asks for a job without its own resources (the data stages)."""
+    text = SLURM_PROFILE.read_text(encoding="utf-8")
+    profile = yaml.safe_load("\n".join(ln for ln in text.splitlines() if "?" not in ln))
+    return int(profile["default-resources"]["mem_mb"])
+
 
 LOADER_SCRIPT = """
 import json, sys, time
@@ -85,6 +110,11 @@ def _tree_memory(pid: int) -> tuple[int, int]:
     return total, anon
 
 
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 def run_stage(name: str, argv: list[str]) -> dict:
     """Run a subprocess, polling its process tree's PSS; returns time, peaks and stdout."""
     t0 = time.perf_counter()
@@ -108,8 +138,10 @@ def run_stage(name: str, argv: list[str]) -> dict:
     return {"seconds": seconds, "peak_pss": peak[0], "peak_pss_anon": peak[1], "stdout": stdout}
 
 
-def make_corpus(raw: Path, pairs: int, seed: int, words_per_side: float) -> None:
-    """train.{en,de} with ~words_per_side words per side, plus small valid files."""
+def make_corpus(raw: Path, pairs: int, seed: int, words_per_side: float, broken: float) -> None:
+    """train.{en,de} with ~words_per_side words per side (a ``broken`` share of the English
+    lines with a byte that is not UTF-8, as many German ones with a control character), plus
+    small valid files."""
     rng = np.random.default_rng(seed)
     n_words = 60_000
     zipf = 1.0 / np.arange(1, n_words + 1) ** 1.1
@@ -122,7 +154,8 @@ def make_corpus(raw: Path, pairs: int, seed: int, words_per_side: float) -> None
 
     vocab = {"en": vocabulary("etaoinshrdlucmfwyp"), "de": vocabulary("enisratdhulcgmobwfkzä")}
     chunk = 100_000
-    with open(raw / "train.en", "w") as en, open(raw / "train.de", "w") as de:
+    utf8 = {"encoding": "utf-8", "errors": "surrogateescape"}  # \udcff: the lone byte 0xff
+    with open(raw / "train.en", "w", **utf8) as en, open(raw / "train.de", "w", **utf8) as de:
         for start in range(0, pairs, chunk):
             n = min(chunk, pairs - start)
             src_len = np.clip(rng.normal(words_per_side, 9, size=n), 1, 120).astype(int)
@@ -134,11 +167,13 @@ def make_corpus(raw: Path, pairs: int, seed: int, words_per_side: float) -> None
                 for k in lens.tolist():
                     out.append(" ".join([words[i] for i in ids[pos : pos + k]]))
                     pos += k
+                for i in np.flatnonzero(rng.random(n) < broken).tolist():
+                    out[i] += " \udcff" if lang == "en" else " \x1b[0m"
                 handle.write("\n".join(out) + "\n")
     for lang in ("en", "de"):
-        with open(raw / f"train.{lang}") as src, open(raw / f"valid.{lang}", "w") as dst:
+        with open(raw / f"train.{lang}", **utf8) as src, open(raw / f"valid.{lang}", "w") as dst:
             for _ in range(3000):
-                dst.write(src.readline())
+                dst.write(src.readline().replace("\udcff", "").replace("\x1b[0m", ""))
 
 
 def write_token_arrays(bin_dir: Path, pairs: int, mean_tokens: float, vocab_size: int) -> int:
@@ -159,36 +194,44 @@ def write_token_arrays(bin_dir: Path, pairs: int, mean_tokens: float, vocab_size
 
 def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path]:
     """generate -> prepare -> spm-train -> encode; returns (stages, facts, bin_dir)."""
-    raw, data, spm_dir, bin_dir = (root / d for d in ("raw", "data", "spm", "bin"))
-    raw.mkdir()
+    site, raw, data, spm_dir, bin_dir = (root / d for d in ("site", "raw", "data", "spm", "bin"))
+    site.mkdir()
     print(f"generating {args.pairs:,} synthetic pairs ...", flush=True)
     t0 = time.perf_counter()
-    make_corpus(raw, args.pairs, seed=0, words_per_side=args.words)
+    make_corpus(site, args.pairs, seed=0, words_per_side=args.words, broken=args.broken)
+    with tarfile.open(site / ARCHIVE, "w") as tar:  # as WMT ships them: members of an archive
+        for lang in ("en", "de"):
+            tar.add(site / f"train.{lang}", arcname=f"training/synthetic.de-en.{lang}")
+            (site / f"train.{lang}").unlink()
     facts: dict = {"generate_seconds": time.perf_counter() - t0}
-    corpus = {
-        "name": "synthetic",
-        "en": {"file": "train.en", "format": "text"},
-        "de": {"file": "train.de", "format": "text"},
-    }
-    valid = {
-        "name": "synthetic_valid",
-        "en": {"file": "valid.en", "format": "text"},
-        "de": {"file": "valid.de", "format": "text"},
-    }
-    files = {f.name: {"url": f"file://{f}", "sha256": None} for f in sorted(raw.iterdir())}
-    splits = {"train": [corpus], "valid": [valid]}
-    registry = root / "datasets.yaml"
-    registry.write_text(
-        yaml.safe_dump({"synth": {"files": files, "pairs": {"en-de": {"splits": splits}}}})
-    )
-    # record the sums as the download stage would have
-    from transformer_nmt.io_utils import sha256_file
 
-    lock = {f.name: sha256_file(f) for f in raw.iterdir()}
-    (raw / "checksums.lock.json").write_text(json.dumps(lock))
+    def side(file: str, member: str | None) -> dict:
+        return {"file": file, "member": member, "format": "text"}
 
+    member = "training/synthetic.de-en.{}"
+    corpus = {"name": "synthetic", **{x: side(ARCHIVE, member.format(x)) for x in ("en", "de")}}
+    valid = {"name": "synthetic_valid", **{x: side(f"valid.{x}", None) for x in ("en", "de")}}
     py = [sys.executable, "-m", "transformer_nmt"]
-    stages = {}
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        files = {f.name: {"url": f"{url}/{f.name}", "sha256": None} for f in site.iterdir()}
+        registry = root / "datasets.yaml"
+        registry.write_text(yaml.safe_dump({"synth": {"files": files, "pairs": {
+            "en-de": {"splits": {"train": [corpus], "valid": [valid]}}}}}))  # fmt: skip
+        stages = {}
+        stages["download"] = run_stage(
+            "download",
+            py + ["download", "--registry", str(registry), "--dataset", "synth"]
+            + ["--out-dir", str(raw)],
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    facts["archive_bytes"] = (raw / ARCHIVE).stat().st_size
+    shutil.rmtree(site)
     stages["prepare"] = run_stage(
         "prepare",
         py
@@ -197,6 +240,7 @@ def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path
     )
     report = json.loads((data / "clean_report.json").read_text())
     facts["kept_after_cleaning"] = kept = report["splits"]["train"]["kept"]
+    facts["dropped"] = report["splits"]["train"]["dropped"]
     stages["spm_train"] = run_stage(
         "spm-train",
         py
@@ -212,6 +256,7 @@ def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path
         + ["--out-dir", str(bin_dir), "--workers", str(args.workers)],
     )
     facts["prepare_pairs_per_s"] = args.pairs / stages["prepare"]["seconds"]
+    facts["download_mb_per_s"] = facts["archive_bytes"] / 1e6 / stages["download"]["seconds"]
     facts["encode_sentences_per_s"] = 2 * (kept + 3000) / stages["encode"]["seconds"]
     facts["train_tokens_both_sides"] = int(
         sum(
@@ -227,7 +272,13 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=4_500_000)
     parser.add_argument("--words", type=float, default=25.0, help="mean words per side")
     parser.add_argument("--vocab-size", type=int, default=37_000)
-    parser.add_argument("--spm-sample", type=int, default=1_000_000)
+    parser.add_argument(
+        "--spm-sample", type=int, default=recipe_spm_sample(), help="default: the recipe's"
+    )
+    parser.add_argument(
+        "--broken", type=float, default=0.0005,
+        help="share of lines with bad bytes (English) or control characters (German)",
+    )  # fmt: skip
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--loader-seconds", type=float, default=60.0)
@@ -264,6 +315,7 @@ def main() -> int:
     results = {
         "pairs": args.pairs,
         "cpu_cores": len(os.sched_getaffinity(0)),
+        "slurm_data_job_mem_mb": slurm_data_job_mb(),
         **facts,
         "stages": stages,
         "loaders": {
@@ -290,6 +342,8 @@ def main() -> int:
             rate = f"{results['encode_sentences_per_s']:,.0f} sentences/s"
         elif name == "prepare":
             rate = f"{results['prepare_pairs_per_s']:,.0f} pairs/s"
+        elif name == "download":
+            rate = f"{results['download_mb_per_s']:,.0f} MB/s (127.0.0.1), sha256 pinned"
         elif name in results["loaders"]:
             r = results["loaders"][name]
             rate = (
@@ -302,6 +356,14 @@ def main() -> int:
             f"{name:<18}{s['seconds']:>9.1f}{s['peak_pss'] / gib:>14.2f}"
             f"{s['peak_pss_anon'] / gib:>10.2f}  {rate}"
         )
+    if "dropped" in results:
+        print(f"train pairs dropped by reason: {results['dropped']}")
+    mb = results["slurm_data_job_mem_mb"]
+    for name in ("download", "prepare", "spm_train", "encode"):
+        if name in stages:
+            peak = stages[name]["peak_pss"] / 2**20
+            verdict = "fits" if peak < mb else "DOES NOT FIT"
+            print(f"{name}: peak {peak:,.0f} MiB vs profiles/slurm mem_mb {mb:,}: {verdict}")
     print(f"\nwrote {OUT / 'data.json'}")
     return 0
 
