@@ -276,7 +276,8 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
     """/cut: the first response stops after CUT bytes, Range requests are honoured.
     /norange: the first response stops after CUT bytes, Range requests are ignored (200).
     /down: the first response stops after CUT bytes, every later request is a 503 until
-    ``up`` is set. /wrong: other bytes."""
+    ``up`` is set. /wrong: other bytes. /flaky: every response stops after CUT bytes, Range
+    requests are ignored."""
 
     requests: list[tuple[str, str | None, str | None]] = []
     up = False
@@ -291,7 +292,7 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
             self.send_error(503)
             return
         start = 0
-        if rng and self.path != "/norange" and if_range in (None, ETAG):
+        if rng and self.path not in ("/norange", "/flaky") and if_range in (None, ETAG):
             start = int(rng.removeprefix("bytes=").removesuffix("-"))
         if start >= len(body):
             self.send_response(416)
@@ -305,7 +306,7 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body) - start))
         self.send_header("ETag", ETAG)
         self.end_headers()
-        end = CUT if first and self.path != "/wrong" else len(body)
+        end = CUT if (first and self.path != "/wrong") or self.path == "/flaky" else len(body)
         self.close_connection = True
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.wfile.write(body[start:end])
@@ -343,6 +344,18 @@ def test_a_server_ignoring_range_restarts_from_zero_and_says_so(tmp_path, range_
         f"/norange: the server ignored the Range request for bytes {CUT}- (or the file changed "
         "there); restarting the download from zero" in caplog.text
     )
+
+
+def test_a_server_that_cuts_before_the_furthest_point_so_far_uses_up_the_retries(
+    tmp_path, range_server
+):
+    """Data received is progress only when the file gets further than it ever was: a server
+    that ignores Range and always cuts at the same byte ends in an error, not in a loop."""
+    out = tmp_path / "out"
+    ds = _url_dataset(tmp_path, f"{range_server}/flaky", sha=BIG_SHA)
+    with pytest.raises(DataError, match=r"/flaky: download failed after 3 attempts"):
+        download_dataset(ds, out, retries=2, backoff=0.01)
+    assert len(_RangeHandler.requests) == 4  # the first (progress), then 3 that made none
 
 
 def test_the_part_file_outlives_a_failed_run_and_the_next_run_continues(tmp_path, range_server):

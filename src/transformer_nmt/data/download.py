@@ -280,15 +280,20 @@ def _fetch_url(
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Fetch ``url`` into ``part`` (continuing it). ``retries``: attempts in a row that may fail
-    without receiving anything; the waits between them double from ``backoff`` (at most 60 s)."""
+    without bringing the file further than it ever was; the waits between them double from
+    ``backoff`` (at most 60 s)."""
     failures = 0
+    furthest = part.stat().st_size if part.is_file() else 0
     while True:
         try:
             _fetch_url_once(url, part, timeout)
             return
         except _Transient as err:
-            if err.received:  # progress: continue at once, the retry budget is untouched
-                failures = 0
+            size = part.stat().st_size if part.is_file() else 0
+            # progress: continue at once, the retry budget is untouched. A server that ignores
+            # Range and cuts again before the furthest point so far makes none.
+            if err.received and size > furthest:
+                failures, furthest = 0, size
                 log.warning("%s: %s; continuing", url, err)
                 continue
             if failures == retries:
