@@ -88,3 +88,34 @@ def test_auto_precision_is_fp16_with_loss_scaling_on_gpus_without_bf16(
         mock.patch("torch.cuda.is_bf16_supported", return_value=bf16),
     ):
         assert resolve_precision(TrainConfig(accelerator="gpu" if cuda else "cpu")) == expected
+
+
+@pytest.mark.parametrize(
+    ("amx", "avx512_bf16", "kind"),
+    [(True, True, "amx"), (False, True, "avx512_bf16"), (False, False, "none")],
+)
+def test_auto_precision_on_a_cpu_follows_its_bf16_support_and_says_why(
+    amx: bool, avx512_bf16: bool, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One function decides from the CPU's bf16 support (torch's own probes, mocked here) by
+    the measured table; the reason is what the train log and MLflow give."""
+    from transformer_nmt.training import preflight
+    from transformer_nmt.training.config import (
+        CPU_AUTO_PRECISION,
+        cpu_bf16_support,
+        precision_choice,
+    )
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    assert cpu_bf16_support() == kind
+    cpu = TrainConfig(accelerator="cpu")
+    measured, why = CPU_AUTO_PRECISION[kind]
+    assert precision_choice(cpu) == (measured, f"auto on this CPU: {why}")
+    # a CPU class measured to pay in bf16 trains in it, and plan says the same
+    monkeypatch.setitem(CPU_AUTO_PRECISION, kind, ("bf16-mixed", "measured to pay"))
+    assert precision_choice(cpu) == ("bf16-mixed", "auto on this CPU: measured to pay")
+    assert preflight.resolve_plan_precision(cpu, preflight.cpu_target()) == "bf16-mixed"
+    assert precision_choice(TrainConfig(accelerator="cpu", precision="32-true")) == (
+        "32-true", "set in the config",
+    )  # fmt: skip

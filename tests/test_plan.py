@@ -172,6 +172,7 @@ def test_max_tokens_auto_in_the_train_job_sizes_to_the_memory_it_is_given(
     assert f"max_tokens: auto -> {chosen} tokens per micro-batch (limited by the memory)" in (
         caplog.text
     )
+    assert "precision: 32-true (auto on this CPU: " in caplog.text  # which, and why
     budget = ram * pf.USABLE_FRACTION * pf.AUTO_MARGIN
     cfg = TrainConfig(max_tokens=chosen, tokens_per_update=100_000)
     assert pf.worst_batch(model_cfg, cfg, vocab, "32-true")[2].total <= budget

@@ -380,6 +380,7 @@ def test_a_new_batch_geometry_resumes_with_the_step_and_the_schedule(
     assert mlrun.data.tags["train.max_tokens"] == mlrun.data.tags["train.micro_batch_tokens"]
     assert mlrun.data.tags["train.max_tokens"] == "128"
     assert "train.max_tokens" not in mlrun.data.params
+    assert mlrun.data.tags["train.precision_chosen"].startswith("32-true (auto on this CPU: ")
     assert mlrun.data.params["train.tokens_per_update"] == "128"
     assert not (run / "superseded").exists()
     summary = json.loads((run / "train_summary.json").read_text())

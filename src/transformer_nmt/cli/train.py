@@ -113,7 +113,12 @@ def run(args: argparse.Namespace) -> int:
 
     from transformer_nmt.data.vocab import load_vocab_info
     from transformer_nmt.model.config import model_config_from_spec
-    from transformer_nmt.training.config import GEOMETRY_KEYS, TrainConfig, check_devices_exist
+    from transformer_nmt.training.config import (
+        GEOMETRY_KEYS,
+        TrainConfig,
+        check_devices_exist,
+        precision_choice,
+    )
     from transformer_nmt.training.run import (
         SUMMARY_FILE,
         RunData,
@@ -156,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         params.update({k: v for k, v in settings.items() if k not in GEOMETRY_KEYS})
         geometry = {k: settings[k] for k in GEOMETRY_KEYS}
         geometry["micro_batch_tokens"] = sized_cfg.max_tokens
+        geometry["precision_chosen"] = "{} ({})".format(*precision_choice(train_cfg))
         experiment = args.mlflow_experiment if rank_zero_only.rank == 0 else None
         data_params, tags = {}, {}
         if experiment is not None and args.mlflow_run is not None:  # data settings, checksums

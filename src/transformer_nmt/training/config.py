@@ -267,14 +267,57 @@ def resolve_devices(cfg: TrainConfig) -> int:
     return 1
 
 
-def resolve_precision(cfg: TrainConfig) -> str:
-    """ "auto": bf16-mixed on a CUDA device that supports bf16 (Ampere and newer), 16-mixed
-    (fp16 with dynamic loss scaling) on an older one (V100: ~3.8x its fp32 speed), else 32-true."""
+def cpu_bf16_support() -> str:
+    """How this CPU computes bf16: "amx" (AMX-BF16 tiles: Xeon Sapphire Rapids and newer),
+    "avx512_bf16" (AVX512-BF16 dot products without AMX: AMD Zen 4, Xeon Cooper Lake), or "none"
+    (oneDNN emulates bf16 with conversions)."""
+    if torch.cpu._is_amx_tile_supported():
+        return "amx"
+    if torch.cpu._is_avx512_bf16_supported():
+        return "avx512_bf16"
+    return "none"
+
+
+# ``precision: auto`` on a CPU, by ``cpu_bf16_support``: chosen by measurement of the demo's
+# training (benchmarks/RESULTS.md), with the reason the train log and MLflow give. bf16-mixed
+# goes in where a measurement shows it paying in speed without the memory growth oneDNN's
+# per-shape kernels bring.
+CPU_AUTO_PRECISION: dict[str, tuple[str, str]] = {
+    "amx": (
+        "32-true",
+        "AMX-BF16: the demo in bf16-mixed trained at 0.91x fp32 with 3x the peak memory "
+        "(2-core Xeon, 2026-11-24, issue 20)",
+    ),
+    "avx512_bf16": (
+        "32-true",
+        "AVX512-BF16 without AMX: bf16-mixed trained the demo 1.14x faster at twice the peak "
+        "memory (benchmarks/bench_shapes.py, 2-core EPYC, 2026-11-25)",
+    ),
+    "none": (
+        "32-true",
+        "no bf16 instructions: bf16-mixed is emulated, ~20x slower (benchmarks/RESULTS.md, "
+        "2026-11-22)",
+    ),
+}
+
+
+def precision_choice(cfg: TrainConfig) -> tuple[str, str]:
+    """The Lightning precision a run trains in, and why. "auto": bf16-mixed on a CUDA device
+    with bf16 (Ampere and newer), 16-mixed (fp16 with dynamic loss scaling) on an older one
+    (V100: ~3.8x its fp32 speed); on a CPU, ``CPU_AUTO_PRECISION`` for its bf16 support."""
     if cfg.precision != "auto":
-        return cfg.precision
-    if not (resolve_accelerator(cfg) in ("gpu", "cuda") and torch.cuda.is_available()):
-        return "32-true"
-    return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+        return cfg.precision, "set in the config"
+    if resolve_accelerator(cfg) in ("gpu", "cuda") and torch.cuda.is_available():
+        if torch.cuda.is_bf16_supported():
+            return "bf16-mixed", "auto: the GPU computes in bf16 (Ampere or newer)"
+        return "16-mixed", "auto: the GPU has no bf16 (pre-Ampere): fp16 with loss scaling"
+    precision, why = CPU_AUTO_PRECISION[cpu_bf16_support()]
+    return precision, f"auto on this CPU: {why}"
+
+
+def resolve_precision(cfg: TrainConfig) -> str:
+    """The precision of ``precision_choice``."""
+    return precision_choice(cfg)[0]
 
 
 def world_size(cfg: TrainConfig) -> int:

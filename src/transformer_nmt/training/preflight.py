@@ -33,7 +33,12 @@ import torch
 
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.model.config import ModelConfig
-from transformer_nmt.training.config import TrainConfig, accumulation, resolve_devices
+from transformer_nmt.training.config import (
+    TrainConfig,
+    accumulation,
+    resolve_devices,
+    resolve_precision,
+)
 
 GIB = 1024**3
 
@@ -379,11 +384,12 @@ def _canonical(precision: str) -> str:
 
 def resolve_plan_precision(train_cfg: TrainConfig, target: Target) -> str:
     """``precision: auto`` on the target, as ``training.config.resolve_precision`` decides on the
-    device: bf16-mixed on a GPU kind with bf16, 16-mixed on one without, 32-true on a CPU."""
+    device: bf16-mixed on a GPU kind with bf16, 16-mixed on one without; on a CPU (this
+    machine's) its ``CPU_AUTO_PRECISION``."""
     if train_cfg.precision != "auto":
         return train_cfg.precision
     if target.kind == "cpu":
-        return "32-true"
+        return resolve_precision(dataclasses.replace(train_cfg, accelerator="cpu"))
     kind = GPU_KINDS.get(target.kind)
     bf16 = kind.bf16 if kind else torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     return "bf16-mixed" if bf16 else "16-mixed"
