@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import warnings
 from pathlib import Path
 
 import pytest
@@ -511,6 +512,13 @@ def test_a_runs_raw_corpus_files_are_its_mlflow_dataset_inputs(
     monkeypatch.setenv("TRANSFORMER_NMT_MIRROR", str(mirror))
     (test,) = tracking.data_inputs(report, {"train": "test"}, raw_root=tmp_path / "resources")
     assert test.source == str(mirror / "toy" / "train.tgz") and test.context == "test"
+    with warnings.catch_warnings():  # MLflow's "can be interpreted in multiple ways" is not shown
+        warnings.filterwarnings("error", "The specified dataset source")
+        with tracking.stage_run("toy_mirrored", "demo", "score") as run:  # (a new experiment:
+            run.log_data_inputs([test])  # MLflow keeps one source per dataset name and digest)
+    logged = client.get_run(run.run_id).inputs.dataset_inputs
+    local = [item.dataset for item in logged if item.dataset.source_type != "http"]
+    assert [json.loads(ds.source)["uri"] for ds in local] == [test.source]
 
 
 # --- what the MLflow UI shows: source, user, description (issue 22) ----------------------------

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
@@ -267,7 +268,12 @@ class StageRun:
             if record.source.startswith(("http://", "https://")):
                 source = HTTPDatasetSource(record.source)
             else:
-                source = resolve_dataset_source(record.source)
+                # MLflow registers its local artifact store under two schemes ("" and "file"),
+                # so it warns that a local path "can be interpreted in multiple ways" (both the
+                # same LocalArtifactDatasetSource): not the user's concern.
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", "The specified dataset source can be")
+                    source = resolve_dataset_source(record.source)
             dataset = MetaDataset(source, name=record.name, digest=record.digest)
             tags = [
                 InputTag(MLFLOW_DATASET_CONTEXT, record.context),
