@@ -297,6 +297,28 @@ def test_search_flags_carry_early_stop_only_when_set() -> None:
         snakemake.utils.validate(config, schema)
 
 
+def test_translate_flags_carry_the_quantisation_only_when_set() -> None:
+    import snakemake.utils
+
+    schema = str(REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml")
+    config = _load(DEFAULT)
+    (name,) = config["experiments"]
+    pipeline = _pipeline_module().Pipeline(config, REPO_ROOT)
+    search = pipeline.search_flags(name)
+    quantize = config["experiments"][name]["translate"].get("quantize", "none")
+    expected = search if quantize == "none" else f"{search} --quantize {quantize}"
+    assert pipeline.translate_flags(name) == expected
+    for value, flags in (("none", search), ("int8", f"{search} --quantize int8")):
+        config["experiments"][name]["translate"]["quantize"] = value
+        snakemake.utils.validate(config, schema)
+        pipeline = _pipeline_module().Pipeline(config, REPO_ROOT)
+        assert pipeline.translate_flags(name) == flags
+        assert pipeline.search_flags(name) == search  # selection and maps search in fp32
+    config["experiments"][name]["translate"]["quantize"] = "int4"
+    with pytest.raises(Exception, match="int4"):
+        snakemake.utils.validate(config, schema)
+
+
 def test_the_rerun_command_names_the_configfiles_and_config_values() -> None:
     rerun = _pipeline_module().rerun_command
     recipe = REPO_ROOT / "config" / "experiments" / "wmt14_en_de_base.yaml"

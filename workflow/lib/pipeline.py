@@ -472,6 +472,11 @@ class Pipeline:
             flags += f" --early-stop {search['early_stop']}"
         return flags
 
+    def translate_flags(self, name: str) -> str:
+        """The translate stage's flags: the search's, and the weights' quantisation when set."""
+        quantize = self.experiment(name)["translate"].get("quantize", "none")
+        return self.search_flags(name) + (f" --quantize {quantize}" if quantize != "none" else "")
+
     def attention_map_lines(self) -> list[int]:
         """Lines 1..N (``attention_map_sentences``, default 3) of each experiment's first test
         set get an attention map."""

@@ -16,7 +16,7 @@ rule translate:
         "../../environment.yml"
     threads: 2
     params:
-        search=lambda wc: pipeline.search_flags(wc.experiment),
+        search=lambda wc: pipeline.translate_flags(wc.experiment),
         tracking=lambda wc: pipeline.tracking_flags(wc.experiment),
     shell:
         "python -m transformer_nmt translate --model {input.model:q} --spm-model {input.spm:q}"
