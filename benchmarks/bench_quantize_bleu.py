@@ -1,5 +1,6 @@
 """BLEU change of ``translate --quantize int8`` (int8 dynamic quantisation of the linear layers,
-CPU decoding) against fp32, with the same §6.1 beam search (beam 4, α 0.6).
+CPU decoding) against fp32, with the same §6.1 beam search (beam 4, α 0.6); with ``--bf16``
+also fp32 weights decoding under bf16 autocast (for CPUs with AVX512-BF16 or AMX).
 
 With ``--model --spm-model --src --ref``: a trained model file on a test set. Without: a small
 model trained here for ``--updates`` updates on a synthetic word-by-word language pair (a
@@ -101,6 +102,10 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=300, help="toy model training updates")
     parser.add_argument("--sentences", type=int, default=300, help="toy test sentences")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--bf16", action="store_true",
+        help="also decode with fp32 weights under bf16 autocast (CPUs with AVX512-BF16 or AMX)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -116,21 +121,28 @@ def main() -> None:
             refs = args.ref.read_text(encoding="utf-8").splitlines()
         settings = SearchSettings(beam=4, alpha=0.6)
         rows, outputs = [], {}
-        for quantize in (None, "int8"):
+        # (name, quantize, bf16 autocast): fp32 first, the reference of the others
+        modes = [("fp32", None, False), ("int8", "int8", False)]
+        modes += [("bf16", None, True)] if args.bf16 else []
+        for name, quantize, bf16 in modes:
             translator = Translator(model, spm_model, settings, device="cpu", quantize=quantize)
             start, cpu_start = time.perf_counter(), time.process_time()
-            hyps = translator.translate(lines)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                hyps = translator.translate(lines)
             seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-            outputs[quantize] = hyps
-            rows.append({"quantize": quantize or "fp32",
+            outputs[name] = hyps
+            same_as_fp32 = sum(a == b for a, b in zip(outputs["fp32"], hyps, strict=True))
+            rows.append({"quantize": name,
                          "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,
-                         "seconds": seconds, "cpu_seconds": cpu_seconds})  # fmt: skip
+                         "seconds": seconds, "cpu_seconds": cpu_seconds,
+                         "identical": same_as_fp32 / len(lines)})  # fmt: skip
             load.append(os.getloadavg()[0])
-    same = sum(a == b for a, b in zip(outputs[None], outputs["int8"], strict=True)) / len(lines)
-    print(f"{'model':<6} {'BLEU':>7} {'seconds':>8} {'CPU s':>7}")
+    same = rows[1]["identical"]
+    print(f"{'model':<6} {'BLEU':>7} {'seconds':>8} {'CPU s':>7} {'vs fp32':>8} {'same':>6}")
     for row in rows:
         print(f"{row['quantize']:<6} {row['bleu']:>7.2f} {row['seconds']:>8.1f} "
-              f"{row['cpu_seconds']:>7.1f}")  # fmt: skip
+              f"{row['cpu_seconds']:>7.1f} {rows[0]['seconds'] / row['seconds']:>7.2f}x "
+              f"{row['identical']:>6.1%}")  # fmt: skip
     delta = rows[1]["bleu"] - rows[0]["bleu"]
     print(f"int8 - fp32 BLEU: {delta:+.2f}; identical translations: {same:.1%} of {len(lines)}")
     print(f"1-min load average: {min(load):.1f} to {max(load):.1f}")
