@@ -915,3 +915,28 @@ def test_killed_job_resumes_from_its_newest_checkpoint(
     summary = json.loads((run / "train_summary.json").read_text())
     assert summary["final_step"] == newest + 10
     assert summary["resumed_from"] == f"step={newest:08d}.ckpt"
+
+
+def test_training_with_pad_multiple_sees_few_shapes_and_keeps_the_bound(
+    corpus: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A few training steps over varied lengths (issue 20 §5): with pad_multiple 8 every batch
+    the model sees has widths that are multiples of 8, at most max_tokens tokens, and fewer
+    distinct shapes than with widths as they come."""
+    shapes = {}
+    for multiple in (1, 8):
+        run = tmp_path / f"run{multiple}"
+        monkeypatch.setenv("TRANSFORMER_NMT_TRACE_BATCHES", str(run / "trace"))
+        argv = train_argv(corpus, run, max_steps=12, val_every_steps=12, pad_multiple=multiple)
+        assert main(argv) == 0
+        trace = read_trace(run / "trace" / "rank0.jsonl")
+        assert len(trace) == 12
+        seen = {(tuple(r["shape"]["src"]), tuple(r["shape"]["tgt"])) for r in trace}
+        for src, tgt in seen:
+            assert src[0] * max(src[1], tgt[1]) <= BASE_TRAIN["max_tokens"]
+            if multiple == 8:
+                assert src[1] % 8 == 0 and tgt[1] % 8 == 0
+        shapes[multiple] = seen
+    widths = {w for src, tgt in shapes[8] for w in (src[1], tgt[1])}
+    assert len(widths) <= 2  # the corpus's rows (3-9 tokens + EOS/BOS) round to 8 or 16
+    assert len(shapes[8]) < len(shapes[1])

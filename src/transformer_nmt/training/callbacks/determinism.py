@@ -27,8 +27,9 @@ class StepSeed(Callback):
 
 
 class BatchTrace(Callback):
-    """Debug/test aid: appends each training batch's example indices, with rank, epoch and
-    step, to ``<directory>/rank<R>.jsonl`` (enabled by the train CLI's trace variable)."""
+    """Debug/test aid: appends each training batch's example indices and shapes, with rank,
+    epoch and step, to ``<directory>/rank<R>.jsonl`` (enabled by the train CLI's trace
+    variable)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
@@ -42,6 +43,7 @@ class BatchTrace(Callback):
             "step": trainer.global_step,
             "batch_idx": batch_idx,
             "index": batch["index"].tolist(),
+            "shape": {"src": list(batch["src"].shape), "tgt": list(batch["tgt_in"].shape)},
         }
         with open(self.directory / f"rank{trainer.global_rank}.jsonl", "a") as handle:
             handle.write(json.dumps(record) + "\n")
