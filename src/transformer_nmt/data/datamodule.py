@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from transformer_nmt.data.batch import training_batch
-from transformer_nmt.data.sampler import TokenBatchSampler
+from transformer_nmt.data.sampler import TokenBatchSampler, row_width_limit
 from transformer_nmt.data.token_array import TokenArray
 from transformer_nmt.errors import DataError
 
@@ -123,7 +123,7 @@ class TranslationDataModule(L.LightningDataModule):
                 TokenArray(self.bin_dir / f"{split}.{self.src_lang}"),
                 TokenArray(self.bin_dir / f"{split}.{self.tgt_lang}"),
                 pad_multiple=self.pad_multiple,
-                width_cap=min(self.max_tokens, self.max_positions),  # the sampler's limit
+                width_cap=row_width_limit(self.max_tokens, self.max_positions),
             )
         return self._datasets[split]
 

@@ -43,6 +43,12 @@ SRC_EXTRA = 1
 TGT_EXTRA = 1
 
 
+def row_width_limit(max_tokens: int, max_positions: int | None) -> int:
+    """The widest row (BOS/EOS included) a batch may hold: ``max_tokens``, and the model's
+    ``max_positions`` when given. Longer examples are dropped; rounded widths stop here."""
+    return max_tokens if max_positions is None else min(max_tokens, max_positions)
+
+
 def _cut_batches(widths: np.ndarray, max_tokens: int, chunk: int = 1 << 20) -> np.ndarray:
     """Greedy cut of length-sorted examples: returns batch boundaries ``[0, b1, ..., n]``.
 
@@ -108,7 +114,7 @@ class TokenBatchSampler:
         self.multiple_of = multiple_of
 
         width = np.maximum(src_len, tgt_len)  # padded tokens per row of a batch
-        limit = max_tokens if max_positions is None else min(max_tokens, max_positions)
+        limit = row_width_limit(max_tokens, max_positions)
         too_long = width > limit
         self.num_dropped = int(too_long.sum())
         if self.num_dropped:
@@ -131,7 +137,6 @@ class TokenBatchSampler:
         # np.lexsort sorts by the last key first: source length, then target length, then tie.
         self.order = keep[np.lexsort((tie, tgt_len[keep], src_len[keep]))]
         # the width the collate pads a batch to: rounded up to pad_multiple, not past the limit
-        self.pad_multiple, self.width_cap = pad_multiple, limit
         rounded = padded_width(width[self.order], pad_multiple, limit)
         self.bounds = _cut_batches(rounded, max_tokens)
         self.num_examples = len(keep)

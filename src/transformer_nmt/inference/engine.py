@@ -15,6 +15,7 @@ running the model. The engines import this module; nothing here imports an engin
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,20 +45,23 @@ def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     return batches
 
 
-class TranslationEngine:
+class TranslationEngine(abc.ABC):
     """Lines of text in, translations out, over an engine's ``encode`` / ``search`` /
     ``decode`` (subclasses set ``settings`` and define those three)."""
 
     settings: SearchSettings
 
+    @abc.abstractmethod
     def encode(self, line: str) -> Any:
-        raise NotImplementedError
+        """One source line as the engine's search input."""
 
+    @abc.abstractmethod
     def decode(self, tokens: Sequence[int]) -> str:
-        raise NotImplementedError
+        """Target token ids as text."""
 
+    @abc.abstractmethod
     def search(self, sources: Sequence[Any]) -> list[list[Hypothesis]]:
-        raise NotImplementedError
+        """The n-best hypotheses of each encoded source (§6.1 beam search)."""
 
     def translate(self, lines: Sequence[str]) -> list[str]:
         """Translate ``lines``: one translation per line (the best hypothesis), in order."""
