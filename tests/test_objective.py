@@ -13,6 +13,8 @@ from transformer_nmt.training.objective import (
     build_optimizer,
     build_scheduler,
     chunked_label_smoothed_cross_entropy,
+    cooldown_factor,
+    follow_max_steps,
     label_smoothed_cross_entropy,
     paper_lr,
 )
@@ -98,6 +100,54 @@ def test_scheduler_gives_update_k_the_lr_of_step_k():
     scheduler2 = build_scheduler(optimizer2, d_model=64, warmup=10, scale=0.5)
     scheduler2.load_state_dict(state)
     assert scheduler2.get_last_lr()[0] == pytest.approx(paper_lr(16, 64, 10, 0.5))
+
+
+def run_schedule(scheduler, optimizer, updates: int) -> list[float]:
+    """The learning rate of each of the next ``updates`` optimizer updates."""
+    seen = []
+    for _ in range(updates):
+        seen.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return seen
+
+
+def test_cooldown_scales_the_last_n_updates_down_linearly_and_nothing_before():
+    assert [cooldown_factor(k, 10, 4) for k in range(1, 11)] == [1.0] * 6 + [1, 0.75, 0.5, 0.25]
+    assert cooldown_factor(3, 10, None) == 1.0 and cooldown_factor(11, 10, 4) == 0.0
+    param = torch.nn.Parameter(torch.zeros(2))
+    param.grad = torch.ones(2)
+    optimizer = build_optimizer([param])
+    scheduler = build_scheduler(
+        optimizer, d_model=64, warmup=4, scale=0.5, cooldown_steps=4, max_steps=10
+    )
+    seen = run_schedule(scheduler, optimizer, 10)
+    expected = [paper_lr(k, 64, 4, 0.5) * cooldown_factor(k, 10, 4) for k in range(1, 11)]
+    assert seen == pytest.approx(expected)
+    assert seen[:6] == pytest.approx([paper_lr(k, 64, 4, 0.5) for k in range(1, 7)])
+    assert seen[-1] == pytest.approx(paper_lr(10, 64, 4, 0.5) / 4)
+    with pytest.raises(ValueError, match="max_steps"):
+        build_scheduler(build_optimizer([param]), d_model=64, cooldown_steps=4)
+
+
+def test_a_resume_with_a_later_max_steps_moves_the_cooldown_there():
+    # A run with max_steps 10 stopped at 8 (inside its cooldown), resumed with max_steps 20:
+    # the saved schedule says 10, the resumed job's 20 wins, from the very next update.
+    param = torch.nn.Parameter(torch.zeros(2))
+    param.grad = torch.ones(2)
+    optimizer = build_optimizer([param])
+    scheduler = build_scheduler(optimizer, d_model=64, warmup=4, cooldown_steps=4, max_steps=10)
+    run_schedule(scheduler, optimizer, 8)
+    optimizer2 = build_optimizer([param])
+    scheduler2 = build_scheduler(optimizer2, d_model=64, warmup=4, cooldown_steps=4, max_steps=20)
+    optimizer2.load_state_dict(optimizer.state_dict())
+    scheduler2.load_state_dict(scheduler.state_dict())
+    assert scheduler2.lr_lambdas[0].max_steps == 10  # what the checkpoint said
+    follow_max_steps(scheduler2, 20)
+    seen = run_schedule(scheduler2, optimizer2, 12)
+    expected = [paper_lr(k, 64, 4) * cooldown_factor(k, 20, 4) for k in range(9, 21)]
+    assert seen == pytest.approx(expected)
+    assert seen[:9] == pytest.approx([paper_lr(k, 64, 4) for k in range(9, 18)])
 
 
 def test_scheduler_needs_unit_base_lr():

@@ -352,6 +352,27 @@ def test_resume_continues_step_lr_data_and_weights(
     assert main(train_argv(corpus, split, max_steps=30)) == 2
 
 
+def test_a_resume_with_more_steps_moves_the_lr_cooldown_to_the_new_end(
+    corpus: dict[str, Path], tmp_path: Path
+) -> None:
+    """lr_cooldown_steps follows max_steps: a run cooled down towards step 20 and resumed with
+    max_steps 30 trains at the §5.3 rate again and cools down towards 30 (the checkpoint's
+    schedule said 20)."""
+    run = tmp_path / "run"
+    assert main(train_argv(corpus, run, max_steps=20, lr_cooldown_steps=10)) == 0
+    ckpt = load_checkpoint(run / "checkpoints" / "step=00000015.ckpt")
+    # the lr stored with step 15's checkpoint is that of update 16: 5/10 of the §5.3 rate
+    lr = ckpt["optimizer_states"][0]["param_groups"][0]["lr"]
+    assert lr == pytest.approx(paper_lr(16, 32, warmup=10) * 0.5)
+    assert main(train_argv(corpus, run, max_steps=30, lr_cooldown_steps=10)) == 0
+    for step, factor in ((25, 0.5), (30, 0.0)):
+        ckpt = load_checkpoint(run / "checkpoints" / f"step={step:08d}.ckpt")
+        lr = ckpt["optimizer_states"][0]["param_groups"][0]["lr"]
+        assert lr == pytest.approx(paper_lr(step + 1, 32, warmup=10) * factor)
+    metrics = json.loads((run / "train_summary.json").read_text())["metrics"]
+    assert math.isfinite(metrics["train/loss"])
+
+
 def test_a_new_batch_geometry_resumes_with_the_step_and_the_schedule(
     corpus: dict[str, Path],
     tmp_path: Path,

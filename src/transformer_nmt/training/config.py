@@ -48,6 +48,10 @@ class TrainConfig:
     warmup: int = 4000  # §5.3 warmup_steps
     # Flag (paper: 1.0): multiplies the §5.3 learning-rate schedule.
     lr_scale: float = 1.0
+    # Flag (paper: null = none): the last N updates before max_steps scale the §5.3 rate down
+    # linearly towards 0 (objective.cooldown_factor); for short runs, where the rate is still high
+    # at the end.
+    lr_cooldown_steps: int | None = None
     adam_betas: tuple[float, float] = (0.9, 0.98)  # §5.3
     adam_eps: float = 1e-9  # §5.3
     # Flag (paper: none): clip the gradient norm to this value; null = off.
@@ -184,6 +188,7 @@ def _validate(cfg: TrainConfig) -> None:
     for key in ("keep_checkpoints", "val_every_steps", "log_every_steps", "max_positions"):
         positive_int(key)
     positive_int("checkpoint_every_steps", allow_none=True)
+    positive_int("lr_cooldown_steps", allow_none=True)
     positive_int("loss_chunk_tokens", allow_none=True)
     positive_int("val_beam_bleu_every_steps", allow_none=True)
     every = cfg.val_beam_bleu_every_steps

@@ -31,6 +31,7 @@ from transformer_nmt.training.objective import (
     build_optimizer,
     build_scheduler,
     chunked_label_smoothed_cross_entropy,
+    follow_max_steps,
     label_smoothed_cross_entropy,
 )
 
@@ -86,6 +87,13 @@ class TranslationModule(L.LightningModule):
     def on_fit_start(self) -> None:
         # With fp16 mixed precision the GradScaler skips steps with inf gradients by design.
         self._check_grad_finite = self.trainer.precision != "16-mixed"
+
+    def on_train_start(self) -> None:
+        # After a resume (the scheduler's state is restored by now) the cooldown ends at this
+        # job's max_steps, which may differ from the checkpoint's.
+        scheduler = self.lr_schedulers()
+        if scheduler is not None:
+            follow_max_steps(scheduler, self.train_cfg.max_steps)
 
     # --- forward and loss ----------------------------------------------------------------------
 
@@ -273,7 +281,12 @@ class TranslationModule(L.LightningModule):
             fused=True if fused else None,
         )
         scheduler = build_scheduler(
-            optimizer, d_model=self.cfg.d_model, warmup=cfg.warmup, scale=cfg.lr_scale
+            optimizer,
+            d_model=self.cfg.d_model,
+            warmup=cfg.warmup,
+            scale=cfg.lr_scale,
+            cooldown_steps=cfg.lr_cooldown_steps,
+            max_steps=cfg.max_steps,
         )
         # "step": the schedule advances once per optimizer update, not per epoch.
         return {

@@ -119,6 +119,17 @@ def paper_lr(step: int, d_model: int, warmup: int = 4000, scale: float = 1.0) ->
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
+def cooldown_factor(step: int, max_steps: int, cooldown_steps: int | None) -> float:
+    """Flag (paper: none): the last ``cooldown_steps`` updates before ``max_steps`` scale the
+    §5.3 learning rate down linearly, update k by (max_steps - k + 1) / cooldown_steps, so the
+    last update takes 1/cooldown_steps of it. Annealing the rate at the end of a short run
+    gives the low-noise weights that checkpoint averaging (§6.1) otherwise approximates.
+    ``None`` (the paper) = 1.0 everywhere."""
+    if cooldown_steps is None:
+        return 1.0
+    return min(1.0, max(0.0, (max_steps - step + 1) / cooldown_steps))
+
+
 def build_optimizer(
     parameters: Iterable[torch.nn.Parameter] | Iterable[dict],
     *,
@@ -142,24 +153,43 @@ FUSED_ADAM_DEVICES = ("cuda", "cpu")
 
 
 class PaperSchedule:
-    """The LambdaLR factor for scheduler epoch e (= updates done so far): ``paper_lr(e + 1)``.
+    """The LambdaLR factor for scheduler epoch e (= updates done so far): ``paper_lr(e + 1)``,
+    times ``cooldown_factor(e + 1, max_steps, cooldown_steps)``.
 
     A callable object rather than a lambda so that LambdaLR saves its settings in checkpoints.
+    ``max_steps`` may change on a resume: ``follow_max_steps`` sets it after the state loads.
     """
 
-    def __init__(self, d_model: int, warmup: int = 4000, scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        warmup: int = 4000,
+        scale: float = 1.0,
+        cooldown_steps: int | None = None,
+        max_steps: int | None = None,
+    ) -> None:
         self.d_model, self.warmup, self.scale = d_model, warmup, scale
+        self.cooldown_steps, self.max_steps = cooldown_steps, max_steps
 
     def __call__(self, epoch: int) -> float:
-        return paper_lr(epoch + 1, self.d_model, self.warmup, self.scale)
+        # getattr: schedules saved before the cooldown existed load without these attributes.
+        cooldown = getattr(self, "cooldown_steps", None)
+        factor = cooldown_factor(epoch + 1, getattr(self, "max_steps", None) or 0, cooldown)
+        return paper_lr(epoch + 1, self.d_model, self.warmup, self.scale) * factor
 
 
 def build_scheduler(
-    optimizer: torch.optim.Optimizer, *, d_model: int, warmup: int = 4000, scale: float = 1.0
+    optimizer: torch.optim.Optimizer,
+    *,
+    d_model: int,
+    warmup: int = 4000,
+    scale: float = 1.0,
+    cooldown_steps: int | None = None,
+    max_steps: int | None = None,
 ) -> LambdaLR:
     """A ``LambdaLR`` stepped once per optimiser update: update k (k = 1, 2, ...) uses
-    ``paper_lr(k, d_model, warmup, scale)``. Needs an optimiser whose base lr is 1.0
-    (``build_optimizer``)."""
+    ``paper_lr(k, d_model, warmup, scale) * cooldown_factor(k, max_steps, cooldown_steps)``.
+    Needs an optimiser whose base lr is 1.0 (``build_optimizer``)."""
     for group in optimizer.param_groups:
         base = group.get("initial_lr", group["lr"])
         if base != 1.0:
@@ -168,4 +198,17 @@ def build_scheduler(
             )
     if warmup <= 0:
         raise ValueError(f"warmup must be a positive number of steps, got {warmup}")
-    return LambdaLR(optimizer, PaperSchedule(d_model, warmup, scale))
+    if cooldown_steps is not None and max_steps is None:
+        raise ValueError("a learning-rate cooldown needs max_steps (where it ends)")
+    return LambdaLR(optimizer, PaperSchedule(d_model, warmup, scale, cooldown_steps, max_steps))
+
+
+def follow_max_steps(scheduler: LambdaLR, max_steps: int) -> None:
+    """After a resume with another ``max_steps``: the cooldown ends there, and the coming
+    update's learning rate (restored with the optimizer state) is recomputed for it."""
+    groups = scheduler.optimizer.param_groups
+    for schedule, group in zip(scheduler.lr_lambdas, groups, strict=True):
+        moved = getattr(schedule, "max_steps", None) != max_steps
+        if isinstance(schedule, PaperSchedule) and moved:
+            schedule.max_steps = max_steps
+            group["lr"] = group.get("initial_lr", 1.0) * schedule(scheduler.last_epoch)
