@@ -23,6 +23,7 @@ Usage (in the repository root, where Snakemake's ``results/`` lives):
         --every-minutes 2 [--experiment multi30k_en_de_tiny] [--data-mirror ../shared/data] \\
         [--set train.lr_scale=0.5 --set model.p_drop=0.2] [--sets valid test_2016_flickr]
 
+``--score-every-steps S`` scores only the checkpoints at multiples of S (and the last one).
 ``--set train.KEY=VALUE`` / ``--set model.KEY=VALUE`` override the experiment's train settings
 or model overrides (values parsed as YAML); ``--max-steps`` bounds the run by steps as well.
 """
@@ -222,6 +223,9 @@ def main() -> int:
     parser.add_argument("--max-steps", type=int, help="also stop at this step")
     parser.add_argument("--average-last", type=int, help="K (default: average_last_k)")
     parser.add_argument("--average-each", action="store_true", help="last-K average at every ckpt")
+    parser.add_argument(
+        "--score-every-steps", type=int, help="score only checkpoints at multiples of this step"
+    )
     parser.add_argument("--sets", nargs="+", default=["valid", "test_2016_flickr"])
     parser.add_argument("--set", dest="sets_", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--data-mirror", default=os.environ.get("TRANSFORMER_NMT_MIRROR"))
@@ -250,9 +254,11 @@ def main() -> int:
     rows = []
     checkpoints = trained["checkpoints"]
     for i, ckpt in enumerate(checkpoints):
-        row = {"model": f"step {ckpt['step']}", **ckpt}
-        row["scores"] = score_model(Path(ckpt["path"]), exp, paths, args.sets, work, f"s{i}")
-        rows.append(row)
+        every = args.score_every_steps
+        if not every or ckpt["step"] % every == 0 or i == len(checkpoints) - 1:
+            row = {"model": f"step {ckpt['step']}", **ckpt}
+            row["scores"] = score_model(Path(ckpt["path"]), exp, paths, args.sets, work, f"s{i}")
+            rows.append(row)
         if i + 1 >= k and k > 1 and (args.average_each or i == len(checkpoints) - 1):
             window = checkpoints[i + 1 - k : i + 1]
             model = work / f"avg{k}_step{ckpt['step']}.pt"

@@ -24,6 +24,7 @@ from tests.test_training import (  # noqa: F401  (corpus: the fixture)
 from transformer_nmt.cli import main
 from transformer_nmt.io_utils import remove_stale_temps
 from transformer_nmt.runs.checkpoints import list_checkpoints, load_checkpoint
+from transformer_nmt.runs.metrics_history import read_metrics
 from transformer_nmt.training.run import run_dir_lock
 from transformer_nmt.training.trainer import AtomicCheckpointIO
 
@@ -235,6 +236,12 @@ def test_a_killed_then_resumed_run_has_one_point_per_step_and_both_attempt_logs(
     # measured by the killed attempt after its last checkpoint: still in the summary
     assert validation.step == 10 and summary["metrics"]["val/step"] == 10
     assert summary["metrics"]["val/loss"] == pytest.approx(validation.value, rel=1e-6)
+    # the x-axis of dev metrics against minutes: one point per validation, at its step, from
+    # the metrics history's clock (which goes on across the resume)
+    (minutes,) = client.get_metric_history(run_id, "val/train_minutes")
+    rows = [r for r in read_metrics(run / "metrics.csv") if "val_loss" in r.values]
+    assert minutes.step == 10 and [r.step for r in rows] == [10]
+    assert minutes.value == pytest.approx(rows[0].elapsed_s / 60, rel=1e-6)
 
     # Each attempt's own log survives beside the checkpoints (Snakemake deletes the job's log).
     first, second = sorted((run / "logs").glob("attempt-*.log"))

@@ -168,7 +168,12 @@ class MetricsHistory(Callback):
     (loss, perplexity, the BLEUs it measured), with the update count and the wall-clock seconds
     of training. The file survives resumes: a resumed job first drops the rows beyond its
     starting step (atomic rewrite; re-done steps would otherwise appear twice) and its clock
-    continues from the last row kept. Rank 0 writes it."""
+    continues from the last row kept. Rank 0 writes it.
+
+    The same clock goes to the run's loggers (MLflow) as ``val/train_minutes`` at every
+    validation, at the validation's step: in the MLflow UI a chart of ``val/bleu_beam`` with
+    that metric as its x-axis is dev BLEU against minutes of training (relative wall time would
+    count the pauses between the jobs of a resumed run)."""
 
     def __init__(self, path: Path, every: int, max_steps: int) -> None:
         self.path, self.every, self.max_steps = Path(path), every, max_steps
@@ -195,11 +200,13 @@ class MetricsHistory(Callback):
         # from scratch (also after a start over): a fresh file; on resume the rows kept
         mh.write_metrics(self.path, kept)
 
-    def _append(self, trainer, values: dict[str, float]) -> None:
+    def _append(self, trainer, values: dict[str, float]) -> float:
+        """Append a row; return its elapsed training seconds."""
         from transformer_nmt.runs import metrics_history as mh
 
         elapsed = self._offset + time.monotonic() - self._started
         mh.append_metrics(self.path, mh.row(trainer.global_step, elapsed, values))
+        return elapsed
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -221,4 +228,7 @@ class MetricsHistory(Callback):
         measured = measured_validation(trainer, pl_module)
         values = {key.replace("/", "_"): value for key, value in measured.items()}
         if values:
-            self._append(trainer, values)
+            minutes = {"val/train_minutes": self._append(trainer, values) / 60}
+            for logger in trainer.loggers:
+                # Lightning's convention: the step before the update count (StageRunLogger)
+                logger.log_metrics(minutes, step=trainer.global_step - 1)
