@@ -10,7 +10,7 @@ Then eole's inference engine (``InferenceEnginePY``, what ``eole predict`` runs)
 source lines once to warm up and ``--runs`` more times; each run's wall and process CPU seconds
 are timed around ``infer_list`` (model loading excluded, as on our side). The last run's best
 hypotheses (pieces joined by spaces) go to ``--output``; the timings are printed as one JSON
-line prefixed ``RESULT``.
+line prefixed ``RESULT``. ``--runs 0``: translate once, untimed (bench_time_to_bleu's scoring).
 """
 
 from __future__ import annotations
@@ -67,9 +67,8 @@ def main() -> None:
     )
     engine = InferenceEnginePY(config)
     lines = args.source.read_text(encoding="utf-8").splitlines()
-    engine.infer_list(lines)  # warm-up
+    _, _, preds = engine.infer_list(lines)  # warm-up (the output with --runs 0)
     wall, cpu = [], []
-    preds = []
     for _ in range(args.runs):
         start, cpu_start = time.perf_counter(), time.process_time()
         _, _, preds = engine.infer_list(lines)
