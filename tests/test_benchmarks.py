@@ -1,0 +1,46 @@
+"""Pure helpers of the benchmark scripts (benchmarks/ is not a package: loaded by path)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def time_to_bleu():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "bench_time_to_bleu", BENCHMARKS / "bench_time_to_bleu.py"
+        )
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_minutes_to_bleu_interpolates_between_the_checkpoints_around_the_target(time_to_bleu):
+    points = [(2.0, 10.0), (4.0, 26.0), (6.0, 34.0), (8.0, 29.0)]
+    assert time_to_bleu.minutes_to_bleu(points, 30.0) == pytest.approx(5.0)
+
+
+def test_minutes_to_bleu_first_checkpoint_and_not_reached(time_to_bleu):
+    assert time_to_bleu.minutes_to_bleu([(1.5, 31.0), (3.0, 35.0)], 30.0) == 1.5
+    assert time_to_bleu.minutes_to_bleu([(1.0, 30.0)], 30.0) == 1.0  # "at or above"
+    assert time_to_bleu.minutes_to_bleu([(1.0, 12.0), (2.0, 29.9)], 30.0) is None
+    assert time_to_bleu.minutes_to_bleu([], 30.0) is None
+
+
+def test_curve_leaves_out_averages_and_other_sets(time_to_bleu):
+    rows = [
+        {"minutes": 1.0, "scores": {"valid": {"bleu": 5.0}}},
+        {"minutes": 1.0, "averaged_steps": [1, 2], "scores": {"valid": {"bleu": 6.0}}},
+        {"minutes": 2.0, "scores": {"test": {"bleu": 7.0}}},
+    ]
+    assert time_to_bleu.curve(rows, "valid") == [(1.0, 5.0)]
