@@ -426,7 +426,7 @@ def plot(curves: dict[str, list[tuple[float, float]]], target: float, test_set: 
             ax.plot(*zip(*points, strict=True), marker="o", markersize=3, label=side)
     ax.axhline(target, color="grey", linestyle=":", linewidth=1, label=f"BLEU {target:g}")
     ax.set_xlabel("training minutes (from the start of the train process)")
-    ax.set_ylabel(f"BLEU on {test_set} (beam 4, alpha 0.6)")
+    ax.set_ylabel(f"BLEU on {test_set}")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
