@@ -247,7 +247,11 @@ def score_hyp(hyp: Path, test_set: str, paths, work: Path, tag: str) -> dict[str
         "--tgt-lang", paths["tgt"], "--out", str(out), log=work / f"{tag}.{test_set}.score.log",
     )  # fmt: skip
     payload = json.loads(out.read_text())
-    return {"bleu": payload["bleu"]["score"], "chrf": payload["chrf"]["score"]}
+    return {
+        "bleu": payload["bleu"]["score"],
+        "chrf": payload["chrf"]["score"],
+        "bleu_lc_tok": payload["bleu_lc_tok"]["score"],  # the Multi30k literature's kind
+    }
 
 
 def average(inputs: list[str], out: Path, work: Path) -> None:
