@@ -55,7 +55,11 @@ Usage (in the repository root, where Snakemake's ``results/`` lives, ``PYTHONPAT
         [--set train.lr_scale=0.5 --set model.p_drop=0.2] [--sets valid test_2016_flickr]
 
     python benchmarks/bench_time_to_bleu.py --minutes 12 --every-steps 50 --peer eole \\
-        [--peer-only] [--threads 2] [--target-bleu 30]
+        [--peer-only | --concurrent --threads 1] [--threads 2] [--target-bleu 30]
+
+``--concurrent`` trains the two sides at the same time, each in its own process (on 2 cores with
+``--threads 1``: a core each, the same conditions for both, half the wall time of one after
+the other); scoring follows, one checkpoint at a time.
 
 ``--score-every-steps S`` scores only the checkpoints at multiples of S (and the last one).
 ``--set train.KEY=VALUE`` / ``--set model.KEY=VALUE`` override the experiment's train settings
@@ -73,6 +77,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -465,11 +470,17 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--peer", choices=["eole"], help="also train and score the peer toolkit")
     parser.add_argument("--peer-only", action="store_true", help="the peer's side only")
+    parser.add_argument(
+        "--concurrent", action="store_true",
+        help="train both sides at the same time (2 cores: --threads 1, a core each)",
+    )  # fmt: skip
     parser.add_argument("--peer-venv", type=Path, default=REPO / "benchmarks" / ".venv-peer-eole")
     parser.add_argument("--target-bleu", type=float, default=30.0, help="on the valid set")
     args = parser.parse_args()
     if args.peer_only and not args.peer:
         parser.error("--peer-only needs --peer eole")
+    if args.concurrent and (args.peer_only or not args.peer):
+        parser.error("--concurrent needs --peer eole and both sides (not --peer-only)")
     if args.peer and not args.every_steps:
         parser.error("--peer needs --every-steps (eole checkpoints by steps only)")
     if args.peer and not (args.peer_venv / "bin" / "eole").exists():
@@ -494,13 +505,22 @@ def main() -> int:
 
     build_data(config_path, paths, args.sets, args.data_mirror)
     load_before = os.getloadavg()
-    trained = None if args.peer_only else train(exp, paths, run_dir, args)
-    load_after = os.getloadavg()
     peer = None
-    if args.peer:
+    if args.concurrent:  # both sides at once, each in its own process with --threads threads
         peer_dir.mkdir(parents=True, exist_ok=True)
-        peer = train_peer(exp, paths, peer_dir, args)
-        peer.update(loadavg_before=load_after, loadavg_after_train=os.getloadavg())
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            ours_job = pool.submit(train, exp, paths, run_dir, args)
+            peer_job = pool.submit(train_peer, exp, paths, peer_dir, args)
+            trained, peer = ours_job.result(), peer_job.result()
+        load_after = os.getloadavg()
+        peer.update(loadavg_before=load_before, loadavg_after_train=load_after)
+    else:
+        trained = None if args.peer_only else train(exp, paths, run_dir, args)
+        load_after = os.getloadavg()
+        if args.peer:
+            peer_dir.mkdir(parents=True, exist_ok=True)
+            peer = train_peer(exp, paths, peer_dir, args)
+            peer.update(loadavg_before=load_after, loadavg_after_train=os.getloadavg())
 
     def scored(checkpoints: list[dict]):
         """(index, checkpoint) of the checkpoints to score (--score-every-steps)."""
