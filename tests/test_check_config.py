@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,9 @@ def test_a_schema_error_names_the_key_and_a_valid_config_passes(
 ) -> None:
     config = (REPO / "config" / "config.yaml").read_text(encoding="utf-8")
     bad = tmp_path / "bad.yaml"
-    bad.write_text(config.replace("max_steps: 1000", "max_steps: -3"), encoding="utf-8")
+    broken, replaced = re.subn(r"max_steps: \d+", "max_steps: -3", config, count=1)
+    assert replaced == 1
+    bad.write_text(broken, encoding="utf-8")
     assert main(["check-config", str(bad)]) == 2
     err = capsys.readouterr().err
     assert f"{bad}: config: experiments.multi30k_en_de_tiny.train.max_steps:" in err
