@@ -119,13 +119,13 @@ def paper_lr(step: int, d_model: int, warmup: int = 4000, scale: float = 1.0) ->
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-def cooldown_factor(step: int, max_steps: int, cooldown_steps: int | None) -> float:
+def cooldown_factor(step: int, max_steps: int | None, cooldown_steps: int | None) -> float:
     """Flag (paper: none): the last ``cooldown_steps`` updates before ``max_steps`` scale the
     §5.3 learning rate down linearly, update k by (max_steps - k + 1) / cooldown_steps, so the
     last update takes 1/cooldown_steps of it. Annealing the rate at the end of a short run
     gives the low-noise weights that checkpoint averaging (§6.1) otherwise approximates.
-    ``None`` (the paper) = 1.0 everywhere."""
-    if cooldown_steps is None:
+    ``cooldown_steps`` None (the paper) = 1.0 everywhere."""
+    if cooldown_steps is None or max_steps is None:
         return 1.0
     return min(1.0, max(0.0, (max_steps - step + 1) / cooldown_steps))
 
@@ -172,9 +172,9 @@ class PaperSchedule:
         self.cooldown_steps, self.max_steps = cooldown_steps, max_steps
 
     def __call__(self, epoch: int) -> float:
-        # getattr: schedules saved before the cooldown existed load without these attributes.
-        cooldown = getattr(self, "cooldown_steps", None)
-        factor = cooldown_factor(epoch + 1, getattr(self, "max_steps", None) or 0, cooldown)
+        # A checkpoint from before the cooldown existed loads fine: LambdaLR updates this
+        # freshly built object's attributes with the saved ones, and these two keep their values.
+        factor = cooldown_factor(epoch + 1, self.max_steps, self.cooldown_steps)
         return paper_lr(epoch + 1, self.d_model, self.warmup, self.scale) * factor
 
 
@@ -208,7 +208,6 @@ def follow_max_steps(scheduler: LambdaLR, max_steps: int) -> None:
     update's learning rate (restored with the optimizer state) is recomputed for it."""
     groups = scheduler.optimizer.param_groups
     for schedule, group in zip(scheduler.lr_lambdas, groups, strict=True):
-        moved = getattr(schedule, "max_steps", None) != max_steps
-        if isinstance(schedule, PaperSchedule) and moved:
+        if isinstance(schedule, PaperSchedule) and schedule.max_steps != max_steps:
             schedule.max_steps = max_steps
             group["lr"] = group.get("initial_lr", 1.0) * schedule(scheduler.last_epoch)
