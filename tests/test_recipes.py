@@ -90,7 +90,8 @@ def test_default_config_is_the_cpu_demo_on_multi30k() -> None:
     assert (exp["dataset"], exp["pair"], exp["preset"]) == ("multi30k", "en-de", "tiny")
     assert exp["train"]["accelerator"] == "cpu"
     assert exp["test_sets"] == ["test_2016_flickr", "test_2017_flickr"]
-    assert exp["translate"]["beam"] == 4 and exp["translate"]["alpha"] == 0.6
+    # §6.1's beam; its α chosen on the dev set, as the paper chose 0.6 (select_alpha)
+    assert exp["translate"]["beam"] == 4 and exp["translate"]["alpha"] == "auto"
     assert exp["average_last_k"] == 5
 
 
@@ -134,9 +135,9 @@ def test_dry_run_of_the_default_plans_the_whole_dag(tmp_path: Path) -> None:
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
     assert counts == {
         "download_multi30k": "1", "prepare_multi30k_en_de": "1", "spm_train": "1",
-        "encode": "4", "train_config": "1", "train": "1", "average": "1", "register": "1",
-        "translate": "2", "score": "2", "attention_maps": "1", "report": "1", "all": "1",
-        "total": "18",
+        "encode": "4", "train_config": "1", "train": "1", "average": "1", "select_alpha": "1",
+        "register": "1", "translate": "2", "score": "2", "attention_maps": "1", "report": "1",
+        "all": "1", "total": "19",
     }  # fmt: skip
 
 
@@ -283,6 +284,7 @@ def test_search_flags_carry_early_stop_only_when_set() -> None:
     # unset (every recipe): the translate command line is unchanged, so nothing re-runs
     config = _load(DEFAULT)
     (name,) = config["experiments"]
+    config["experiments"][name]["translate"]["alpha"] = 0.6
     flags = _pipeline_module().Pipeline(config, REPO_ROOT).search_flags(name)
     assert flags == "--beam 4 --alpha 0.6 --max-len-b 50 --max-tokens 4096"
     config["experiments"][name]["translate"]["early_stop"] = "best"
@@ -295,6 +297,45 @@ def test_search_flags_carry_early_stop_only_when_set() -> None:
     config["experiments"][name]["translate"]["early_stop"] = "soon"
     with pytest.raises(Exception, match="soon"):
         snakemake.utils.validate(config, schema)
+
+
+def test_alpha_auto_decodes_with_the_alpha_chosen_on_dev() -> None:
+    """``translate.alpha: auto``: select_alpha searches the dev set with the paper's α aside
+    (the CLI default) and the translate stage's quantisation; every stage that decodes reads
+    the chosen α from its file; a number keeps the plain ``--alpha``."""
+    import snakemake.utils
+
+    schema = str(REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml")
+    config = _load(DEFAULT)
+    (name,) = config["experiments"]
+    search = config["experiments"][name]["translate"]
+    search.update(alpha="auto", quantize="int8", alpha_candidates=[0.6, 1.5])
+    snakemake.utils.validate(config, schema)
+    pipeline = _pipeline_module().Pipeline(config, REPO_ROOT)
+    chosen = f"results/runs/{name}/alpha_selection.json"
+    assert pipeline.alpha_inputs(name) == {"alpha": chosen}
+    assert pipeline.search_flags(name) == (
+        f"--beam 4 --alpha-from {chosen} --max-len-b 50 --max-tokens 4096"
+    )
+    assert pipeline.translate_flags(name).endswith(
+        f"{chosen} --max-len-b 50 --max-tokens 4096 --quantize int8"
+    )
+    assert pipeline.select_alpha_flags(name) == (
+        "--dev-src results/data/multi30k/en-de/valid.en"
+        " --dev-ref results/data/multi30k/en-de/valid.de --tgt-lang de"
+        " --beam 4 --max-len-b 50 --max-tokens 4096 --quantize int8 --candidates 0.6 1.5"
+    )
+    config["experiments"][name]["average_last_k"] = "auto"
+    pipeline = _pipeline_module().Pipeline(config, REPO_ROOT)
+    assert "--alpha" not in pipeline.average_flags(name)  # chosen after averaging
+    search["alpha"] = 1.0
+    pipeline = _pipeline_module().Pipeline(config, REPO_ROOT)
+    assert pipeline.alpha_inputs(name) == {}
+    assert "--alpha 1.0 " in pipeline.search_flags(name)
+    for bad in ("best", -0.5):
+        search["alpha"] = bad
+        with pytest.raises(Exception, match="alpha"):
+            snakemake.utils.validate(config, schema)
 
 
 def test_translate_flags_carry_the_quantisation_only_when_set() -> None:

@@ -107,6 +107,14 @@ def test_every_output_exists_and_is_well_formed(pipeline: dict[str, Any]) -> Non
             table = (run / "figures" / f"attention_{line}.csv").read_text(encoding="utf-8")
             panels = {row.split(",")[0] for row in table.splitlines()[1:]}
             assert panels == {*(f"head_{i + 1}" for i in range(h)), "mean"}
+        if exp["translate"]["alpha"] == "auto":  # chosen on dev, then used by translate
+            chosen = json.loads((run / "alpha_selection.json").read_text(encoding="utf-8"))
+            tried = {f"{a:g}" for a in exp["translate"]["alpha_candidates"]}
+            assert set(chosen["dev_bleu"]) == tried and f"{chosen['best_alpha']:g}" in tried
+            log = (wd / "logs" / "translate" / name / f"{exp['test_sets'][0]}.log").read_text()
+            assert f"alpha {chosen['best_alpha']:g}, chosen on the dev set" in log
+        else:
+            assert not (run / "alpha_selection.json").exists()
         for stage in ("train", "average"):
             assert (wd / "logs" / stage / f"{name}.log").is_file()
             assert (wd / "results" / "benchmarks" / stage / f"{name}.tsv").is_file()
@@ -212,11 +220,11 @@ def test_changing_a_training_value_reruns_training_and_downstream_only(
     config = copy.deepcopy(pipeline["config"])
     config["experiments"]["smoke_b"]["train"]["warmup"] = 12
     jobs = _planned_jobs(_snakemake(pipeline["workdir"], config, "-n"))
-    # smoke_b: its settings file, train, average, its registered MLflow model, translate +
-    # score of its one test set; the shared report.
+    # smoke_b: its settings file, train, average, its length penalty (alpha: auto), its
+    # registered MLflow model, translate + score of its one test set; the shared report.
     assert jobs == {
-        "train_config": 1, "train": 1, "average": 1, "register": 1, "translate": 1, "score": 1,
-        "attention_maps": 1, "report": 1, "all": 1, "total": 9,
+        "train_config": 1, "train": 1, "average": 1, "select_alpha": 1, "register": 1,
+        "translate": 1, "score": 1, "attention_maps": 1, "report": 1, "all": 1, "total": 10,
     }  # fmt: skip
 
 
@@ -319,7 +327,10 @@ def test_a_tracking_server_named_in_the_config_receives_every_stage(
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.run_name == name and run.info.status == "FINISHED"
     statuses = {k: v for k, v in run.data.tags.items() if re.match(r"stage\.[^.]+\.status$", k)}
-    assert {"stage.train.status", "stage.average.status", "stage.register.status"} <= set(statuses)
+    assert {
+        "stage.train.status", "stage.average.status", "stage.select_alpha.status",
+        "stage.register.status",
+    } <= set(statuses)  # fmt: skip
     assert set(statuses.values()) == {"finished"}
     assert {f"{t}.bleu" for t in test_sets} <= set(run.data.metrics)
     scores = {a.path for a in client.list_artifacts(run.info.run_id, "scores")}

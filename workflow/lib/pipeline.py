@@ -46,6 +46,7 @@ TRAIN_SUMMARY = f"{RUN_DIR}/{run_files.SUMMARY_FILE}"
 CHECKPOINT_DIR = f"{RUN_DIR}/{run_files.CHECKPOINT_DIR}"
 AVERAGED_MODEL = f"{RUN_DIR}/{run_files.AVERAGED_MODEL}"
 MLFLOW_MODEL = f"{RUN_DIR}/{run_files.MLFLOW_MODEL_FILE}"  # the registered MLflow model's URIs
+ALPHA_SELECTION = f"{RUN_DIR}/{run_files.ALPHA_SELECTION_FILE}"  # translate.alpha: auto
 HYPOTHESES = RUN_DIR + "/{test_set}.hyp"
 SCORES = RUN_DIR + "/{test_set}.scores.json"
 RUN_FIGURES_DIR = (
@@ -358,7 +359,7 @@ class Pipeline:
         return (
             f"--last auto --spm-model {files['spm']} --dev-src {files['dev_src']}"
             f" --dev-ref {files['dev_ref']} --tgt-lang {self.langs(name)[1]}"
-            f" {self.search_flags(name)}"
+            f" {self.search_flags(name, chosen_alpha=False)}"
         )
 
     def tracking_flags(self, name: str) -> str:
@@ -460,11 +461,25 @@ class Pipeline:
             for template in (TOKENS, OFFSETS)
         ]
 
-    def search_flags(self, name: str) -> str:
-        """The experiment's §6.1 search settings as the stages' flags."""
+    def alpha_inputs(self, name: str) -> dict[str, str]:
+        """``translate.alpha: auto``: the α chosen on the dev set (``select_alpha``'s file),
+        an input of every stage that decodes with the experiment's search."""
+        if self.experiment(name)["translate"]["alpha"] != "auto":
+            return {}
+        return {"alpha": ALPHA_SELECTION.format(experiment=name)}
+
+    def search_flags(self, name: str, *, chosen_alpha: bool = True) -> str:
+        """The experiment's §6.1 search settings as the stages' flags. ``alpha: auto``:
+        ``--alpha-from`` the dev set's choice, or with ``chosen_alpha=False`` (the searches that
+        run before it is chosen: ``average --last auto``, ``select-alpha``) the CLI's default,
+        the paper's α."""
         search = self.experiment(name)["translate"]
+        alpha = f" --alpha {search['alpha']}"
+        if search["alpha"] == "auto":
+            # no --alpha: the CLI's default, the paper's (SearchSettings)
+            alpha = f" --alpha-from {self.alpha_inputs(name)['alpha']}" if chosen_alpha else ""
         flags = (
-            f"--beam {search['beam']} --alpha {search['alpha']}"
+            f"--beam {search['beam']}{alpha}"
             f" --max-len-b {search['max_len_b']} --max-tokens {search['max_tokens']}"
         )
         # only when set: an unchanged command line does not re-run existing translations
@@ -472,10 +487,28 @@ class Pipeline:
             flags += f" --early-stop {search['early_stop']}"
         return flags
 
+    def quantize_flags(self, name: str) -> str:
+        """The decoding weights' quantisation (``translate.quantize``), when set."""
+        quantize = self.experiment(name)["translate"].get("quantize", "none")
+        return f"--quantize {quantize}" if quantize != "none" else ""
+
     def translate_flags(self, name: str) -> str:
         """The translate stage's flags: the search's, and the weights' quantisation when set."""
-        quantize = self.experiment(name)["translate"].get("quantize", "none")
-        return self.search_flags(name) + (f" --quantize {quantize}" if quantize != "none" else "")
+        return f"{self.search_flags(name)} {self.quantize_flags(name)}".rstrip()
+
+    def select_alpha_flags(self, name: str) -> str:
+        """``select-alpha``: the dev files, the α to try, and the translate stage's search and
+        quantisation (its α aside)."""
+        search = self.experiment(name)["translate"]
+        candidates = search.get("alpha_candidates")
+        flags = (
+            f"--dev-src {self.test_file(name, 'valid', 'src')}"
+            f" --dev-ref {self.test_file(name, 'valid', 'tgt')} --tgt-lang {self.langs(name)[1]}"
+            f" {self.search_flags(name, chosen_alpha=False)} {self.quantize_flags(name)}"
+        ).rstrip()
+        if candidates:
+            flags += " --candidates " + " ".join(f"{float(a):g}" for a in candidates)
+        return flags
 
     def attention_map_lines(self) -> list[int]:
         """Lines 1..N (``attention_map_sentences``, default 3) of each experiment's first test

@@ -1,8 +1,34 @@
 # Evaluation: translate (beam search, §6.1) → score (sacreBLEU) → report.
 
 
+# translate.alpha: auto: the averaged model's length penalty, chosen on the dev set (§6.1: the
+# paper chose its α = 0.6 so); every stage that decodes with the experiment's search reads it.
+rule select_alpha:
+    input:
+        model=rules.average.output.model,
+        spm=lambda wc: pipeline.spm_model(wc.experiment),
+        dev_src=lambda wc: pipeline.test_file(wc.experiment, "valid", "src"),
+        dev_ref=lambda wc: pipeline.test_file(wc.experiment, "valid", "tgt"),
+    output:
+        selection=paths.ALPHA_SELECTION,
+    log:
+        "logs/select_alpha/{experiment}.log",
+    benchmark:
+        "results/benchmarks/select_alpha/{experiment}.tsv"
+    conda:
+        "../../environment.yml"
+    threads: 2
+    params:
+        flags=lambda wc: pipeline.select_alpha_flags(wc.experiment),
+        tracking=lambda wc: pipeline.tracking_flags(wc.experiment),
+    shell:
+        "python -m transformer_nmt select-alpha --model {input.model:q} --spm-model {input.spm:q}"
+        " --out {output.selection:q} {params.flags} {params.tracking} > {log:q} 2>&1"
+
+
 rule translate:
     input:
+        unpack(lambda wc: pipeline.alpha_inputs(wc.experiment)),
         model=rules.average.output.model,
         spm=lambda wc: pipeline.spm_model(wc.experiment),
         src=lambda wc: pipeline.test_file(wc.experiment, wc.test_set, "src"),
@@ -28,6 +54,7 @@ rule register:
     # the averaged model as an MLflow model (pyfunc), registered under the experiment's name:
     # mlflow models serve -m models:/<experiment>/<version> --env-manager local
     input:
+        unpack(lambda wc: pipeline.alpha_inputs(wc.experiment)),
         model=rules.average.output.model,
         spm=lambda wc: pipeline.spm_model(wc.experiment),
     output:
@@ -78,6 +105,7 @@ rule attention_maps:
     # the last decoder layer's encoder-decoder attention (every head and their mean) of the
     # first lines of the experiment's first test set: PNG + CSV each, also MLflow artifacts
     input:
+        unpack(lambda wc: pipeline.alpha_inputs(wc.experiment)),
         model=rules.average.output.model,
         spm=lambda wc: pipeline.spm_model(wc.experiment),
         src=lambda wc: pipeline.attention_map_source(wc.experiment),

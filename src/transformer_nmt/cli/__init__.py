@@ -26,6 +26,10 @@ STAGES: dict[str, tuple[str, str]] = {
     "train": ("train", "train a Transformer with PyTorch Lightning (resumes from checkpoints)"),
     "average": ("average", "average the last K checkpoints into one model file"),
     "translate": ("translate", "beam-search translate a file (or stdin) with a trained model"),
+    "select-alpha": (
+        "select_alpha",
+        "choose a model's length penalty alpha on the dev set (translate --alpha-from)",
+    ),
     "export-ct2": ("export_ct2", "convert a model file into a CTranslate2 model directory"),
     "attention-maps": (
         "attention_maps",

@@ -35,17 +35,25 @@ STDIN_BATCH = 256  # lines: enough for full token batches, small enough to answe
 
 
 def add_search_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--beam --alpha --max-len-b --max-tokens --early-stop`` with the §6.1 defaults
-    (``SearchSettings``); ``search_settings(args)`` reads them back."""
+    """``--beam --alpha|--alpha-from --max-len-b --max-tokens --early-stop`` with the §6.1
+    defaults (``SearchSettings``); ``search_settings(args)`` reads them back."""
     defaults = SearchSettings()  # §6.1: the one source of the search defaults
     parser.add_argument(
         "--beam", type=int, default=defaults.beam, help=f"§6.1 beam size ({defaults.beam})"
     )
-    parser.add_argument(
+    alpha = parser.add_mutually_exclusive_group()
+    alpha.add_argument(
         "--alpha",
         type=float,
         default=defaults.alpha,
         help=f"§6.1 length penalty α ({defaults.alpha})",
+    )
+    alpha.add_argument(
+        "--alpha-from",
+        type=Path,
+        metavar="JSON",
+        help="the α chosen on the dev set: the 'best_alpha' of a file written by select-alpha "
+        "(alpha_selection.json); replaces --alpha",
     )
     parser.add_argument(
         "--max-len-b",
@@ -71,8 +79,14 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def search_settings(args: argparse.Namespace) -> SearchSettings:
+    alpha = args.alpha
+    if getattr(args, "alpha_from", None) is not None:
+        from transformer_nmt.evaluation.selection import read_chosen_alpha
+
+        alpha = read_chosen_alpha(args.alpha_from)
+        log.info("length penalty alpha %g, chosen on the dev set (%s)", alpha, args.alpha_from)
     return SearchSettings(
-        beam=args.beam, alpha=args.alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
+        beam=args.beam, alpha=alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
         nbest=getattr(args, "nbest", 1), early_stop=args.early_stop,
     )  # fmt: skip
 

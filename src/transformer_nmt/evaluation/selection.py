@@ -1,4 +1,5 @@
-"""Choosing how many checkpoints to average (§6.1) on the development set.
+"""Choosing how many checkpoints to average, and the length penalty α (§6.1), on the
+development set.
 
 The paper averages a fixed number: the last 5 checkpoints (base) or 20 (big), written every 10
 minutes of 8-GPU training. On other data and budgets the best number differs, so
@@ -6,6 +7,11 @@ minutes of 8-GPU training. On other data and budgets the best number differs, so
 by the checkpoints kept), translates the dev set with the run's beam search (§6.1: beam 4,
 α = 0.6) and keeps the K with the best detokenised sacreBLEU. The table K -> dev BLEU is kept
 beside the model (``average_selection.json``), in MLflow and in the report.
+
+The paper chose α = 0.6 (with the beam size) "after experimentation on the development set"
+(§6.1). ``translate.alpha: auto`` repeats that experiment for the run at hand: the averaged model
+translates the dev set once per α of ``ALPHA_CANDIDATES`` and the α with the best detokenised
+sacreBLEU decodes the test sets (``alpha_selection.json``, written by ``select-alpha``).
 """
 
 from __future__ import annotations
@@ -14,13 +20,15 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from transformer_nmt.errors import DataError
 from transformer_nmt.evaluation.score import score_lines
+from transformer_nmt.inference.engine import TranslationEngine
 from transformer_nmt.inference.translator import Translator
-from transformer_nmt.io_utils import read_lines
+from transformer_nmt.io_utils import read_json, read_lines
 from transformer_nmt.runs.checkpoints import (
     average_checkpoints,
     checkpoint_meta,
@@ -32,6 +40,9 @@ from transformer_nmt.search import SearchSettings
 log = logging.getLogger(__name__)
 
 CANDIDATES = (1, 5, 10, 20)
+# α of the GNMT length penalty ((5 + |Y|) / 6)^α tried by ``translate.alpha: auto``: from the
+# paper's 0.6 up; short-sentence models trained briefly tend to end too early (a higher α).
+ALPHA_CANDIDATES = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6)
 
 
 @dataclass(frozen=True)
@@ -92,3 +103,55 @@ def select_average(
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(Path(tmp) / f"last{best_k}.pt"), out)  # same filesystem: a rename
     return Selection(best_k, dev_bleu)
+
+
+@dataclass(frozen=True)
+class AlphaSelection:
+    """The chosen length penalty α and the dev BLEU of every α tried."""
+
+    best_alpha: float
+    dev_bleu: dict[float, float]  # α -> detokenised sacreBLEU on the dev set
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "best_alpha": self.best_alpha,
+            "dev_bleu": {f"{a:g}": b for a, b in self.dev_bleu.items()},
+        }
+
+
+def select_alpha(
+    translator: TranslationEngine,
+    sources: Sequence[str],
+    references: Sequence[str],
+    tgt_lang: str,
+    candidates: Sequence[float] = ALPHA_CANDIDATES,
+) -> AlphaSelection:
+    """Translate ``sources`` once per α of ``candidates`` (the translator's other search
+    settings unchanged) and keep the α with the best sacreBLEU against ``references``; ties go
+    to the α nearest the paper's 0.6."""
+    if not candidates:
+        raise DataError("select_alpha: no candidate α to try")
+    base = translator.settings
+    dev_bleu: dict[float, float] = {}
+    try:
+        for alpha in sorted(set(float(a) for a in candidates)):
+            translator.settings = replace(base, alpha=alpha)
+            hyps = translator.translate(sources)
+            dev_bleu[alpha] = float(score_lines(hyps, references, tgt_lang).bleu["score"])
+            log.info("length penalty alpha %g: dev BLEU %.2f", alpha, dev_bleu[alpha])
+    finally:
+        translator.settings = base
+    paper = 0.6
+    best = max(dev_bleu, key=lambda a: (dev_bleu[a], -abs(a - paper)))
+    return AlphaSelection(best, dev_bleu)
+
+
+def read_chosen_alpha(path: str | Path) -> float:
+    """The α that ``select-alpha`` wrote to ``path`` (``alpha_selection.json``)."""
+    table = read_json(path, missing="run the select-alpha stage first, or give --alpha")
+    alpha = table.get("best_alpha") if isinstance(table, dict) else None
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0:
+        raise DataError(
+            f"{path}: no valid 'best_alpha' (a number >= 0): re-run the select-alpha stage"
+        )
+    return float(alpha)

@@ -26,6 +26,8 @@ file                     what it holds                               written by
                                                                      (``runs.checkpoints``)
 ``average_selection.json``  dev BLEU per number K of checkpoints      ``cli.average``
                          averaged, and the K chosen                  (``evaluation.selection``)
+``alpha_selection.json``  dev BLEU per length penalty α of the        ``cli.select_alpha``
+                         averaged model, and the α chosen             (``evaluation.selection``)
 ``<test set>.hyp``       translations, one per source line           ``cli.translate``
 ``<test set>.scores.json``  sacreBLEU, chrF, paper-comparable BLEU    ``cli.score``
 ``figures/``             attention maps (PNG + CSV) and the run's     ``cli.attention_maps``,
@@ -49,6 +51,7 @@ TRAIN_LOCK_FILE = ".train.lock"
 ATTEMPT_LOG_DIR = "logs"
 AVERAGED_MODEL = "averaged.pt"
 SELECTION_FILE = "average_selection.json"
+ALPHA_SELECTION_FILE = "alpha_selection.json"
 FIGURES_DIR = "figures"
 EXPERIMENT_FILE = "experiment.json"
 RUN_RECORD = "mlflow_run.json"
