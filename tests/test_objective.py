@@ -66,6 +66,50 @@ def test_no_smoothing_is_plain_nll_and_bf16_logits_are_computed_in_float32():
     torch.testing.assert_close(out.nll, ref)
 
 
+@pytest.mark.parametrize("rows_per_chunk", [3, 256])
+def test_gradients_equal_autograd_through_torch_cross_entropy(monkeypatch, rows_per_chunk):
+    """The loss's written-out gradient (softmax - q per kept row) equals autograd's through
+    F.cross_entropy(label_smoothing), in one row chunk or many; padded rows get none."""
+    from transformer_nmt.training import objective
+
+    monkeypatch.setattr(objective, "LOSS_ROWS_PER_CHUNK", rows_per_chunk)
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 5, 13, generator=g, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(1, 13, (3, 5), generator=g)
+    target[1, 3:] = 0
+    out = label_smoothed_cross_entropy(logits, target, eps=0.1, pad_id=0)
+    (2.5 * out.loss).backward()
+    ours = logits.grad.clone()
+    logits.grad = None
+    ref = F.cross_entropy(
+        logits.view(-1, 13), target.view(-1), ignore_index=0, label_smoothing=0.1,
+        reduction="sum",
+    )  # fmt: skip
+    (2.5 * ref).backward()
+    torch.testing.assert_close(out.loss, ref.detach())
+    torch.testing.assert_close(ours, logits.grad)
+    assert ours[1, 3:].abs().sum() == 0
+    assert not out.nll.requires_grad  # the NLL is logged, never optimised
+    check = torch.randn(4, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    tgt = torch.tensor([[1], [2], [0], [5]])  # one padded row
+    assert torch.autograd.gradcheck(
+        lambda x: label_smoothed_cross_entropy(x, tgt, eps=0.2, pad_id=0).loss, (check,)
+    )
+
+
+def test_bf16_logits_get_a_bf16_gradient_close_to_the_float32_one():
+    g = torch.Generator().manual_seed(4)
+    base = torch.randn(4, 6, 50, generator=g)
+    target = torch.randint(1, 50, (4, 6), generator=g)
+    grads = []
+    for dtype in (torch.float32, torch.bfloat16):
+        logits = base.to(dtype).detach().requires_grad_()
+        label_smoothed_cross_entropy(logits, target).loss.backward()
+        assert logits.grad.dtype == dtype
+        grads.append(logits.grad.float())
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-2, rtol=2e-2)
+
+
 def test_paper_lr_values():
     d_model, warmup = 512, 4000
 

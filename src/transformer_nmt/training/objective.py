@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.checkpoint import checkpoint
 
@@ -28,6 +27,61 @@ class LossOutput:
     ntokens: torch.Tensor
 
 
+# Rows of logits the loss converts to float32 at a time: a few MB per chunk at a 37k vocabulary,
+# so the float32 copies and softmax temporaries stay in cache-sized pieces instead of [tokens, V].
+LOSS_ROWS_PER_CHUNK = 256
+
+
+class _SmoothedCrossEntropy(torch.autograd.Function):
+    """Summed §5.4 label-smoothed cross-entropy of logits [n, V] against target [n], with the
+    gradient written out instead of differentiated through log_softmax.
+
+    With lse = logsumexp(x) and q = (1 - eps) * one_hot(y) + eps / V:
+        -log p_y = lse - x_y,   mean_k(-log p_k) = lse - mean_k(x_k),
+        d loss / d x = softmax(x) - q   (per kept row, times the incoming gradient).
+    Forward keeps only lse [n]; backward reads the logits once and writes their gradient once,
+    where autograd through log_softmax materialises [n, V] float32 log-probabilities and
+    fills / scatters / divides several [n, V] tensors (benchmarks/profile_training_step.py).
+    Rows are processed ``LOSS_ROWS_PER_CHUNK`` at a time in float32 (at least).
+    """
+
+    @staticmethod
+    def forward(ctx, logits, target, keep, eps):  # type: ignore[no-untyped-def]
+        compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
+        n = logits.shape[0]
+        lse = torch.empty(n, dtype=compute, device=logits.device)
+        nll_rows = torch.empty(n, dtype=compute, device=logits.device)
+        smooth_rows = torch.empty(n, dtype=compute, device=logits.device)
+        for start in range(0, n, LOSS_ROWS_PER_CHUNK):
+            rows = slice(start, start + LOSS_ROWS_PER_CHUNK)
+            x = logits[rows].to(compute)  # [r, V]
+            lse[rows] = torch.logsumexp(x, dim=-1)
+            nll_rows[rows] = lse[rows] - x.gather(1, target[rows, None])[:, 0]
+            smooth_rows[rows] = lse[rows] - x.mean(dim=-1)
+        nll = nll_rows.masked_fill(~keep, 0.0).sum()
+        smooth = smooth_rows.masked_fill(~keep, 0.0).sum()
+        ctx.save_for_backward(logits, target, keep, lse)
+        ctx.eps = eps
+        ctx.mark_non_differentiable(nll)
+        return (1.0 - eps) * nll + eps * smooth, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_nll):  # type: ignore[no-untyped-def]
+        logits, target, keep, lse = ctx.saved_tensors
+        eps, vocab = ctx.eps, logits.shape[-1]
+        grad = torch.empty_like(logits)
+        # per row: grad_loss * keep, the incoming gradient of the summed loss
+        scale = keep.to(lse.dtype) * grad_loss.to(lse.dtype)  # [n]
+        for start in range(0, logits.shape[0], LOSS_ROWS_PER_CHUNK):
+            rows = slice(start, start + LOSS_ROWS_PER_CHUNK)
+            g = torch.exp(logits[rows].to(lse.dtype) - lse[rows, None])  # softmax [r, V]
+            g.sub_(eps / vocab)
+            g.scatter_add_(1, target[rows, None], g.new_full((g.shape[0], 1), eps - 1.0))
+            g.mul_(scale[rows, None])
+            grad[rows] = g
+        return grad, None, None, None
+
+
 def label_smoothed_cross_entropy(
     logits: torch.Tensor, target: torch.Tensor, eps: float = 0.1, pad_id: int = 0
 ) -> LossOutput:
@@ -39,17 +93,10 @@ def label_smoothed_cross_entropy(
     Positions whose target is ``pad_id`` contribute nothing. ``logits`` [B, T, V] (any float
     dtype; the softmax runs in float32 at least), ``target`` [B, T] long.
     """
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()  # a softmax over ~37k classes needs more than 8 mantissa bits
-    lprobs = F.log_softmax(logits, dim=-1)  # [B, T, V]
-    lprobs = lprobs.reshape(-1, lprobs.shape[-1])  # [B*T, V]
+    logits = logits.reshape(-1, logits.shape[-1])  # [B*T, V]
     target = target.reshape(-1)  # [B*T]
     keep = target != pad_id  # [B*T]
-    nll = -lprobs.gather(1, target.clamp(min=0)[:, None])[:, 0]  # [B*T]
-    smooth = -lprobs.mean(dim=-1)  # [B*T], cross-entropy against the uniform distribution
-    nll = nll.masked_fill(~keep, 0.0).sum()
-    smooth = smooth.masked_fill(~keep, 0.0).sum()
-    loss = (1.0 - eps) * nll + eps * smooth
+    loss, nll = _SmoothedCrossEntropy.apply(logits, target.clamp(min=0), keep, eps)
     return LossOutput(loss=loss, nll=nll, ntokens=keep.sum())
 
 
@@ -62,12 +109,8 @@ def _chunk_sums(
     """Summed smoothed loss and NLL of ``hidden`` [n, d_model] rows whose targets are
     ``target`` [n] (no padding)."""
     logits = project(hidden)  # [n, V]
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()
-    lprobs = F.log_softmax(logits, dim=-1)  # [n, V]
-    nll = -lprobs.gather(1, target[:, None]).sum()
-    smooth = -lprobs.mean(dim=-1).sum()
-    return (1.0 - eps) * nll + eps * smooth, nll
+    keep = torch.ones_like(target, dtype=torch.bool)
+    return _SmoothedCrossEntropy.apply(logits, target, keep, eps)
 
 
 def chunked_label_smoothed_cross_entropy(
