@@ -411,3 +411,41 @@ def test_preallocated_cache_grows_and_reorders_like_full_recompute(monkeypatch):
         capacities.add(state.layers[0]._k.shape[2])
     assert capacities == {2, 6, 14}  # grown in place of a copy per step
     assert state.layers[0].self_k.shape == (2, 4, 9, 8)
+
+
+@pytest.mark.parametrize("mask_kind", ["padding", "causal"])
+def test_cpu_bf16_attention_takes_the_math_kernel_with_the_flash_kernels_numbers(
+    mask_kind, monkeypatch
+):
+    """On a CPU in bf16 the attention product runs SDPA's math kernel (faster there); its output
+    and gradients equal those of the flash kernel (SDPA's own choice) within bf16 rounding."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from transformer_nmt.model import attention
+
+    g = torch.Generator().manual_seed(5)
+    math_kernel = type(sdpa_kernel(SDPBackend.MATH))
+    assert isinstance(attention._sdpa_backend(torch.zeros(1).bfloat16()), math_kernel)
+    assert not isinstance(attention._sdpa_backend(torch.zeros(1)), math_kernel)
+    mask = CAUSAL
+    if mask_kind == "padding":
+        mask = torch.ones(3, 1, 1, 9, dtype=torch.bool)
+        mask[1, ..., 6:] = False
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d_model=16, h=4, d_k=8, d_v=8).bfloat16()
+    x = torch.randn(3, 9, 16, generator=g).bfloat16()
+
+    def attend() -> tuple[torch.Tensor, torch.Tensor]:
+        xq = x.clone().requires_grad_()
+        q, k, v = mha.project_qkv(xq)
+        out, _ = mha.attend(xq, k, v, mask, q=q)
+        out.float().square().sum().backward()
+        return out.float(), xq.grad.float()
+
+    out_math, grad_math = attend()
+    monkeypatch.setattr(
+        attention, "_sdpa_backend", lambda q: sdpa_kernel(SDPBackend.FLASH_ATTENTION)
+    )
+    out_flash, grad_flash = attend()
+    torch.testing.assert_close(out_math, out_flash, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(grad_math, grad_flash, atol=5e-2, rtol=5e-2)
