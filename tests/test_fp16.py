@@ -86,6 +86,9 @@ def test_auto_precision_is_fp16_with_loss_scaling_on_gpus_without_bf16(
     with (
         mock.patch("torch.cuda.is_available", return_value=cuda),
         mock.patch("torch.cuda.is_bf16_supported", return_value=bf16),
+        # no GPU: a CPU without bf16 instructions (the CPU classes: the test below)
+        mock.patch("torch.cpu._is_amx_tile_supported", return_value=False),
+        mock.patch("torch.cpu._is_avx512_bf16_supported", return_value=False),
     ):
         assert resolve_precision(TrainConfig(accelerator="gpu" if cuda else "cpu")) == expected
 
@@ -119,3 +122,34 @@ def test_auto_precision_on_a_cpu_follows_its_bf16_support_and_says_why(
     assert precision_choice(TrainConfig(accelerator="cpu", precision="32-true")) == (
         "32-true", "set in the config",
     )  # fmt: skip
+
+
+def test_auto_pad_multiple_rounds_widths_only_for_16_bit_training(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``pad_multiple: auto`` follows the precision the run trains in: 8 in bf16/fp16 (kernels
+    per batch shape), 1 in fp32; a number is kept; anything else is a ConfigError naming it."""
+    from transformer_nmt.errors import ConfigError
+    from transformer_nmt.training.config import (
+        CPU_AUTO_PRECISION,
+        cpu_bf16_support,
+        pad_multiple_choice,
+    )
+
+    for precision, multiple in (("bf16-mixed", 8), ("16-mixed", 8), ("32-true", 1)):
+        cfg = TrainConfig(accelerator="cpu", precision=precision, pad_multiple="auto")
+        chosen, why = pad_multiple_choice(cfg)
+        assert chosen == multiple and why.startswith(f"auto: {precision}")
+    # precision: auto decides first, by the CPU's measured table
+    monkeypatch.setitem(CPU_AUTO_PRECISION, cpu_bf16_support(), ("bf16-mixed", "pays"))
+    assert pad_multiple_choice(TrainConfig(accelerator="cpu", pad_multiple="auto"))[0] == 8
+    monkeypatch.setitem(CPU_AUTO_PRECISION, cpu_bf16_support(), ("32-true", "does not pay"))
+    assert pad_multiple_choice(TrainConfig(accelerator="cpu", pad_multiple="auto"))[0] == 1
+    assert pad_multiple_choice(TrainConfig(precision="bf16-mixed", pad_multiple=3)) == (
+        3, "set in the config",
+    )  # fmt: skip
+    for bad in (0, "eight", 2.5):
+        with pytest.raises(
+            ConfigError, match="'pad_multiple' must be a positive integer or 'auto'"
+        ):
+            TrainConfig(pad_multiple=bad)

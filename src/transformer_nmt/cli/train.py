@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         GEOMETRY_KEYS,
         TrainConfig,
         check_devices_exist,
+        pad_multiple_choice,
         precision_choice,
     )
     from transformer_nmt.training.run import (
@@ -162,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
         geometry = {k: settings[k] for k in GEOMETRY_KEYS}
         geometry["micro_batch_tokens"] = sized_cfg.max_tokens
         geometry["precision_chosen"] = "{} ({})".format(*precision_choice(train_cfg))
+        geometry["pad_multiple_chosen"] = "{} ({})".format(*pad_multiple_choice(train_cfg))
         experiment = args.mlflow_experiment if rank_zero_only.rank == 0 else None
         data_params, tags = {}, {}
         if experiment is not None and args.mlflow_run is not None:  # data settings, checksums

@@ -44,7 +44,8 @@ class TrainConfig:
     # Speed only (1 = widths as they come): batch widths are rounded up to a multiple of this,
     # so that an epoch has few distinct shapes (kernels, compiled graphs and the CPU's oneDNN
     # primitives are reused); padding is masked, and max_tokens counts the rounded widths.
-    pad_multiple: int = 1
+    # "auto": ``pad_multiple_choice`` (8 where the run trains in 16 bits, else 1).
+    pad_multiple: int | str = 1
     warmup: int = 4000  # §5.3 warmup_steps
     # Flag (paper: 1.0): multiplies the §5.3 learning-rate schedule.
     lr_scale: float = 1.0
@@ -177,8 +178,16 @@ def _validate(cfg: TrainConfig) -> None:
                 f"train config key {key!r} must be a number in ({low}, {high}), got {value!r}"
             )
 
-    for key in ("max_steps", "tokens_per_update", "warmup", "num_nodes", "pad_multiple"):
+    for key in ("max_steps", "tokens_per_update", "warmup", "num_nodes"):
         positive_int(key)
+    multiple = cfg.pad_multiple
+    if multiple != "auto" and (
+        isinstance(multiple, bool) or not isinstance(multiple, int) or multiple <= 0
+    ):
+        raise ConfigError(
+            f"train config key 'pad_multiple' must be a positive integer or 'auto', got "
+            f"{multiple!r}"
+        )
     tokens = cfg.max_tokens
     numeric = isinstance(tokens, int) and not isinstance(tokens, bool)
     if tokens != "auto" and not (numeric and tokens > 0):
@@ -289,9 +298,10 @@ def cpu_bf16_support() -> str:
 # per-shape kernels bring.
 CPU_AUTO_PRECISION: dict[str, tuple[str, str]] = {
     "amx": (
-        "32-true",
-        "AMX-BF16: the demo in bf16-mixed trained at 0.91x fp32 with 3x the peak memory "
-        "(2-core Xeon, 2026-11-24, issue 20)",
+        "bf16-mixed",
+        "AMX-BF16: bf16-mixed trained the demo 1.24x faster than fp32 with batch widths "
+        "rounded to 8 (pad_multiple: auto), at 1.13 GiB peak memory "
+        "(benchmarks/bench_shapes.py, 2-core Xeon, 2026-11-25)",
     ),
     "avx512_bf16": (
         "32-true",
@@ -323,6 +333,24 @@ def precision_choice(cfg: TrainConfig) -> tuple[str, str]:
 def resolve_precision(cfg: TrainConfig) -> str:
     """The precision of ``precision_choice``."""
     return precision_choice(cfg)[0]
+
+
+# pad_multiple: auto in 16-bit training: kernels for bf16/fp16 are built per shape (the CPU's
+# oneDNN primitives; cuBLAS plans and tensor cores like widths that are multiples of 8).
+AUTO_PAD_MULTIPLE_16BIT = 8
+
+
+def pad_multiple_choice(cfg: TrainConfig) -> tuple[int, str]:
+    """The multiple batch widths are rounded up to, and why. "auto": 8 when the run trains in
+    16 bits (``resolve_precision``), where each new batch shape builds kernels (on a CPU with
+    AMX, bf16-mixed at widths as they come doubled the demo's peak memory to 2.0 GiB); 1 in
+    fp32, where rounding only adds padding (0.84x the demo's speed; benchmarks/RESULTS.md)."""
+    if cfg.pad_multiple != "auto":
+        return int(cfg.pad_multiple), "set in the config"
+    precision = resolve_precision(cfg)
+    if precision.startswith(("bf16", "16")):
+        return AUTO_PAD_MULTIPLE_16BIT, f"auto: {precision} builds kernels per batch shape"
+    return 1, f"auto: {precision} gains nothing from rounding widths up"
 
 
 def world_size(cfg: TrainConfig) -> int:

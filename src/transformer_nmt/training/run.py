@@ -39,6 +39,7 @@ from transformer_nmt.training.callbacks import (
 from transformer_nmt.training.cluster import local_rank
 from transformer_nmt.training.config import (
     TrainConfig,
+    pad_multiple_choice,
     precision_choice,
     resolve,
     resolve_accelerator,
@@ -217,12 +218,13 @@ def train_run(
         valid_split=data.valid_split,
         num_workers=train_cfg.num_workers,
         max_positions=min(train_cfg.max_positions, model_cfg.max_positions),
-        pad_multiple=train_cfg.pad_multiple,
+        pad_multiple=pad_multiple_choice(train_cfg)[0],
     )
     src_per_batch, tgt_per_batch = datamodule.real_tokens_per_batch()
     resolved = resolve(train_cfg, tgt_per_batch)
     datamodule.accumulation = resolved.accumulation  # whole updates at epoch ends
     log.info("precision: %s (%s)", *precision_choice(train_cfg))
+    log.info("batch widths rounded up to a multiple of %d (%s)", *pad_multiple_choice(train_cfg))
     log.info(
         "§5.1 batch: %d micro-batch(es) x %d process(es) of ~%.0f source / %.0f target real "
         "tokens = ~%.0f / %.0f per update (tokens_per_update=%d)",
