@@ -128,15 +128,25 @@ def load_experiment(config_path: Path, name: str | None) -> tuple[str, dict[str,
 
 
 def apply_sets(exp: dict[str, Any], sets: list[str]) -> dict[str, Any]:
-    """``train.KEY=VALUE`` / ``model.KEY=VALUE`` overrides (YAML values)."""
+    """``train.KEY=VALUE`` / ``model.KEY=VALUE`` / ``translate.KEY=VALUE`` overrides (YAML
+    values). ``translate.alpha: auto`` (the pipeline's dev search, after averaging) becomes the
+    paper's fixed 0.6 here, so that every checkpoint is decoded alike: say another with
+    ``--set translate.alpha=A``."""
     exp = json.loads(json.dumps(exp))
+    sections = {"train": "train", "model": "model_overrides", "translate": "translate"}
     for item in sets:
         key, sep, value = item.partition("=")
         section, _, field = key.partition(".")
-        if not sep or section not in ("train", "model") or not field:
-            sys.exit(f"--set {item!r}: expected train.KEY=VALUE or model.KEY=VALUE")
-        target = exp["train"] if section == "train" else exp.setdefault("model_overrides", {})
-        target[field] = yaml.safe_load(value)
+        if not sep or section not in sections or not field:
+            sys.exit(
+                f"--set {item!r}: expected train.KEY=VALUE, model.KEY=VALUE or translate.KEY=VALUE"
+            )
+        exp.setdefault(sections[section], {})[field] = yaml.safe_load(value)
+    if exp["translate"]["alpha"] == "auto":
+        from transformer_nmt.search import SearchSettings
+
+        exp["translate"]["alpha"] = SearchSettings().alpha
+        print(f"translate.alpha: auto -> {exp['translate']['alpha']} for every checkpoint")
     return exp
 
 

@@ -44,3 +44,15 @@ def test_curve_leaves_out_averages_and_other_sets(time_to_bleu):
         {"minutes": 2.0, "scores": {"test": {"bleu": 7.0}}},
     ]
     assert time_to_bleu.curve(rows, "valid") == [(1.0, 5.0)]
+
+
+def test_sets_override_train_model_and_translate_keys_and_fix_alpha_auto(time_to_bleu):
+    """Every checkpoint decodes with one α: the pipeline's ``alpha: auto`` (a dev search after
+    averaging) becomes the paper's 0.6 unless ``--set translate.alpha=A`` names another."""
+    exp = {"train": {"max_steps": 10}, "translate": {"beam": 4, "alpha": "auto"}}
+    out = time_to_bleu.apply_sets(exp, ["train.max_steps=20", "model.d_model=64"])
+    assert out["train"]["max_steps"] == 20 and out["model_overrides"] == {"d_model": 64}
+    assert out["translate"]["alpha"] == 0.6 and exp["translate"]["alpha"] == "auto"
+    assert time_to_bleu.apply_sets(exp, ["translate.alpha=1.6"])["translate"]["alpha"] == 1.6
+    with pytest.raises(SystemExit, match="expected train.KEY=VALUE"):
+        time_to_bleu.apply_sets(exp, ["data.vocab_size=10"])

@@ -298,10 +298,9 @@ def cpu_bf16_support() -> str:
 # per-shape kernels bring.
 CPU_AUTO_PRECISION: dict[str, tuple[str, str]] = {
     "amx": (
-        "bf16-mixed",
-        "AMX-BF16: bf16-mixed trained the demo 1.24x faster than fp32 with batch widths "
-        "rounded to 8 (pad_multiple: auto), at 1.13 GiB peak memory "
-        "(benchmarks/bench_shapes.py, 2-core Xeon, 2026-11-25)",
+        "32-true",
+        "AMX-BF16: bf16-mixed trained the demo 1.5x faster with batch widths rounded to 8, "
+        "but 1.0-1.5 BLEU worse at the same steps (2-core Xeon, 2026-11-25, issue 20)",
     ),
     "avx512_bf16": (
         "32-true",
