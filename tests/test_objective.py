@@ -72,7 +72,7 @@ def test_gradients_equal_autograd_through_torch_cross_entropy(monkeypatch, rows_
     F.cross_entropy(label_smoothing), in one row chunk or many; padded rows get none."""
     from transformer_nmt.training import objective
 
-    monkeypatch.setattr(objective, "LOSS_ROWS_PER_CHUNK", rows_per_chunk)
+    monkeypatch.setattr(objective, "CPU_LOSS_ROWS", rows_per_chunk)
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(3, 5, 13, generator=g, dtype=torch.float64, requires_grad=True)
     target = torch.randint(1, 13, (3, 5), generator=g)
