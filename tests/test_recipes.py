@@ -329,6 +329,9 @@ def test_alpha_auto_decodes_with_the_alpha_chosen_on_dev() -> None:
     pipeline = _pipeline_module().Pipeline(config, REPO_ROOT)
     assert "--alpha" not in pipeline.average_flags(name)  # chosen after averaging
     search["alpha"] = 1.0
+    with pytest.raises(ConfigError, match="alpha_candidates: used only with alpha: auto"):
+        _pipeline_module().Pipeline(config, REPO_ROOT)
+    del search["alpha_candidates"]
     pipeline = _pipeline_module().Pipeline(config, REPO_ROOT)
     assert pipeline.alpha_inputs(name) == {}
     assert "--alpha 1.0 " in pipeline.search_flags(name)

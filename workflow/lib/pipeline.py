@@ -264,6 +264,12 @@ class Pipeline:
                     "clean)"
                 )
             self._check_average(key, exp)
+            search = exp["translate"]
+            if "alpha_candidates" in search and search["alpha"] != "auto":
+                raise ConfigError(
+                    f"{key}.translate.alpha_candidates: used only with alpha: auto, but alpha "
+                    f"is {search['alpha']}: set {key}.translate.alpha: auto or drop the key"
+                )
             for test_set in exp["test_sets"]:
                 if test_set not in entry.test_splits:
                     raise ConfigError(
