@@ -277,7 +277,9 @@ def test_int8_quantised_torch_decoding_mostly_agrees(trained_model) -> None:
     on a real model is in benchmarks/RESULTS.md)."""
     import sacrebleu
 
-    pairs = _pairs(60, seed=1)
+    # 300 sentences: on 60 the corpus BLEU of this toy model moved by ±2.3 between int8 and
+    # fp32 either way, with the same weights' rounding differences (noise, not a trend)
+    pairs = _pairs(300, seed=1)
     lines, refs = [s for s, _ in pairs], [t for _, t in pairs]
     settings = SearchSettings(beam=4, alpha=0.6)
     fp32 = _translations(Translator(trained_model["model"], trained_model["spm"], settings), lines)
