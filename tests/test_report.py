@@ -243,3 +243,18 @@ def test_a_malformed_interval_names_the_file_and_how_to_recover(tmp_path: Path) 
     message = r"test\.scores\.json: 'bleu\.ci95' needs .*re-run the score"
     with pytest.raises(DataError, match=message):
         build_report([path], {})
+
+
+def test_the_length_penalty_chosen_on_dev_is_in_the_report_only_for_alpha_auto(
+    tmp_path: Path,
+) -> None:
+    path = _scores(tmp_path / "runs" / "m30k", "test_2016_flickr", 31.0)
+    chosen = {"best_alpha": 1.2, "dev_bleu": {"0.6": 30.1, "1.2": 30.9, "1": 30.5}}
+    (path.parent / "alpha_selection.json").write_text(json.dumps(chosen))
+    auto = {name: {**info, "alpha": "auto"} for name, info in EXPERIMENTS.items()}
+    text = build_report([path], auto)
+    assert "## Length penalty chosen on the dev set" in text
+    assert "| m30k | 0.6: 30.10, 1: 30.50, 1.2: 30.90 | 1.2 |" in text
+    # a fixed α (the file is left from an earlier alpha: auto run): no such section
+    fixed = {name: {**info, "alpha": 0.6} for name, info in EXPERIMENTS.items()}
+    assert "Length penalty chosen" not in build_report([path], fixed)

@@ -119,7 +119,8 @@ def test_every_output_exists_and_is_well_formed(pipeline: dict[str, Any]) -> Non
             assert (wd / "logs" / stage / f"{name}.log").is_file()
             assert (wd / "results" / "benchmarks" / stage / f"{name}.tsv").is_file()
     report = (wd / "results" / "report.md").read_text(encoding="utf-8")
-    rows = [ln for ln in report.splitlines() if ln.startswith("| smoke_")]
+    results_table = report.split("\n## ")[0]  # the other sections' tables come after it
+    rows = [ln for ln in results_table.splitlines() if ln.startswith("| smoke_")]
     assert [r.split("|")[1].strip() + "/" + r.split("|")[4].strip() for r in rows] == [
         "smoke_a/test_2016_flickr", "smoke_a/test_2017_flickr", "smoke_b/test_2016_flickr",
     ]  # fmt: skip
@@ -138,6 +139,9 @@ def test_every_output_exists_and_is_well_formed(pipeline: dict[str, Any]) -> Non
         assert f"](figures/runs/{name}/learning_curves.png)" in report
     assert "](figures/pairs/multi30k_en-de/learning_curves.png)" in report  # shared pair
     assert "a fixed number of checkpoints was averaged" in report  # average_last_k: K
+    # smoke_b's alpha: auto (smoke_a's fixed 0.6 gets no row)
+    assert "## Length penalty chosen on the dev set" in report
+    assert "| smoke_b | 0.6: " in report and "| smoke_a | 0.6: " not in report
 
 
 def test_models_are_registered_and_the_snakemake_report_has_the_results(

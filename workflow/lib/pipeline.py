@@ -399,9 +399,12 @@ class Pipeline:
 
     def report_experiments(self) -> dict[str, dict[str, str]]:
         return {
-            name: {"dataset": e["dataset"], "pair": e["pair"], "preset": e["preset"]}
+            name: {
+                "dataset": e["dataset"], "pair": e["pair"], "preset": e["preset"],
+                "alpha": e["translate"]["alpha"],
+            }
             for name, e in self._experiments.items()
-        }
+        }  # fmt: skip
 
     # -- registry lookups --------------------------------------------------------------------
 

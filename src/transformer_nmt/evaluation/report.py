@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from transformer_nmt.errors import DataError
 from transformer_nmt.io_utils import read_json
-from transformer_nmt.runs.layout import EXPERIMENT_FILE, SELECTION_FILE
+from transformer_nmt.runs.layout import ALPHA_SELECTION_FILE, EXPERIMENT_FILE, SELECTION_FILE
 
 if TYPE_CHECKING:
     from transformer_nmt.evaluation.figures import ReportFigures
@@ -198,9 +198,11 @@ def render_report(
     rows: Iterable[ReportRow],
     selections: Mapping[str, Mapping[str, Any]] | None = None,
     overlaps: Mapping[tuple[str, str], str] | None = None,
+    alphas: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
     """Markdown: one table row per experiment × test set, the checkpoint-averaging choices made
-    on the dev set (``selections``: experiment -> ``average_selection.json``), then the metric
+    on the dev set (``selections``: experiment -> ``average_selection.json``) and the length
+    penalties (``alphas``: experiment -> ``alpha_selection.json``), then the metric
     signatures. ``overlaps``: (experiment, test set) -> ``train_overlap_cell``."""
     overlaps = overlaps or {}
     rows = sorted(rows, key=lambda r: (r.experiment, r.test_set))
@@ -243,6 +245,23 @@ def render_report(
                 for k, b in sorted(sel["dev_bleu"].items(), key=lambda kv: int(kv[0]))
             )
             lines.append(f"| {name} | {table} | {sel['best_k']} |")
+    if alphas:
+        lines += [
+            "",
+            "## Length penalty chosen on the dev set",
+            "",
+            "`translate.alpha: auto`: the averaged model translated the dev set once per α and "
+            "the α with the best dev BLEU decoded the test sets; §6.1 chose 0.6 so.",
+            "",
+            "| experiment | α → dev BLEU | chosen α |",
+            "|---|---|---:|",
+        ]
+        for name, sel in sorted(alphas.items()):
+            table = ", ".join(
+                f"{a}: {float(b):.2f}"
+                for a, b in sorted(sel["dev_bleu"].items(), key=lambda kv: float(kv[0]))
+            )
+            lines.append(f"| {name} | {table} | {float(sel['best_alpha']):g} |")
     lines += ["", "## Signatures", ""]
     for metric in ("bleu", "chrf"):
         for signature in sorted({r.signatures[metric] for r in rows if r.signatures[metric]}):
@@ -285,9 +304,10 @@ class ReportData:
     rows: list[ReportRow]
     selections: dict[str, Any]
     overlaps: dict[tuple[str, str], str]
+    alphas: dict[str, Any] = field(default_factory=dict)
 
     def markdown(self) -> str:
-        return render_report(self.rows, self.selections, self.overlaps)
+        return render_report(self.rows, self.selections, self.overlaps, self.alphas)
 
     def table_csv(self) -> str:
         return render_table_csv(self.rows, self.overlaps)
@@ -307,11 +327,16 @@ def read_report(
     paths = [Path(p) for p in score_paths]
     experiments = known_experiments(paths, experiments)
     rows = [load_row(p, experiments) for p in paths]
-    selections = {}
+    selections, alphas = {}, {}
     for path in paths:
         selection = path.parent / SELECTION_FILE
         if selection.is_file():
             selections[path.parent.name] = read_json(selection)
+        # only where the experiment chooses α (a file left from an earlier alpha: auto run
+        # would describe translations that are no longer there)
+        chosen = path.parent / ALPHA_SELECTION_FILE
+        if experiments.get(path.parent.name, {}).get("alpha") == "auto" and chosen.is_file():
+            alphas[path.parent.name] = read_json(chosen)
     seen: dict[tuple[str, str], ReportRow] = {}
     for row in rows:
         key = (row.experiment, row.test_set)
@@ -322,7 +347,7 @@ def read_report(
         (r.experiment, r.test_set): train_overlap_cell(p, r)
         for p, r in zip(paths, rows, strict=True)
     }
-    return ReportData(rows, selections, overlaps)
+    return ReportData(rows, selections, overlaps, alphas)
 
 
 def render_figures(figures: ReportFigures, report_dir: str | Path) -> str:
