@@ -194,6 +194,22 @@ def render_table_csv(
     return out.getvalue()
 
 
+def dev_choice_section(
+    title: str, intro: str, symbol: str, choices: Mapping[str, Mapping[str, Any]], best: str
+) -> list[str]:
+    """A report section of choices made on the dev set: per experiment its ``dev_bleu`` table
+    (value -> BLEU, in the values' order) and the chosen value ``choices[name][best]``."""
+    header = f"| experiment | {symbol} → dev BLEU | chosen {symbol} |"
+    lines = ["", f"## {title}", "", intro, "", header, "|---|---|---:|"]
+    for name, choice in sorted(choices.items()):
+        table = ", ".join(
+            f"{value}: {float(bleu):.2f}"
+            for value, bleu in sorted(choice["dev_bleu"].items(), key=lambda kv: float(kv[0]))
+        )
+        lines.append(f"| {name} | {table} | {float(choice[best]):g} |")
+    return lines
+
+
 def render_report(
     rows: Iterable[ReportRow],
     selections: Mapping[str, Mapping[str, Any]] | None = None,
@@ -229,39 +245,19 @@ def render_report(
     ]
     lines += ["| " + " | ".join(cells) + " |" for cells in table_cells(rows, overlaps)]
     if selections:
-        lines += [
-            "",
-            "## Checkpoint averaging chosen on the dev set",
-            "",
+        lines += dev_choice_section(
+            "Checkpoint averaging chosen on the dev set",
             "`average_last_k: auto`: the average of the last K checkpoints with the best dev BLEU "
             "(beam search) is the model; §6.1 averages a fixed 5 (base) or 20 (big).",
-            "",
-            "| experiment | K → dev BLEU | chosen K |",
-            "|---|---|---:|",
-        ]
-        for name, sel in sorted(selections.items()):
-            table = ", ".join(
-                f"{k}: {float(b):.2f}"
-                for k, b in sorted(sel["dev_bleu"].items(), key=lambda kv: int(kv[0]))
-            )
-            lines.append(f"| {name} | {table} | {sel['best_k']} |")
+            "K", selections, "best_k",
+        )  # fmt: skip
     if alphas:
-        lines += [
-            "",
-            "## Length penalty chosen on the dev set",
-            "",
+        lines += dev_choice_section(
+            "Length penalty chosen on the dev set",
             "`translate.alpha: auto`: the averaged model translated the dev set once per α and "
             "the α with the best dev BLEU decoded the test sets; §6.1 chose 0.6 so.",
-            "",
-            "| experiment | α → dev BLEU | chosen α |",
-            "|---|---|---:|",
-        ]
-        for name, sel in sorted(alphas.items()):
-            table = ", ".join(
-                f"{a}: {float(b):.2f}"
-                for a, b in sorted(sel["dev_bleu"].items(), key=lambda kv: float(kv[0]))
-            )
-            lines.append(f"| {name} | {table} | {float(sel['best_alpha']):g} |")
+            "α", alphas, "best_alpha",
+        )  # fmt: skip
     lines += ["", "## Signatures", ""]
     for metric in ("bleu", "chrf"):
         for signature in sorted({r.signatures[metric] for r in rows if r.signatures[metric]}):
