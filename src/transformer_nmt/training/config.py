@@ -300,7 +300,7 @@ CPU_AUTO_PRECISION: dict[str, tuple[str, str]] = {
     "amx": (
         "32-true",
         "AMX-BF16: bf16-mixed trained the demo 1.5x faster with batch widths rounded to 8, "
-        "but 1.0-1.5 BLEU worse at the same steps (2-core Xeon, 2026-11-25, issue 20)",
+        "but 0.6-1.5 BLEU worse at the same steps (2-core Xeon, 2026-11-25, issue 20)",
     ),
     "avx512_bf16": (
         "32-true",
