@@ -141,7 +141,7 @@ def select_alpha(
             log.info("length penalty alpha %g: dev BLEU %.2f", alpha, dev_bleu[alpha])
     finally:
         translator.settings = base
-    paper = 0.6
+    paper = SearchSettings().alpha  # §6.1's 0.6
     best = max(dev_bleu, key=lambda a: (dev_bleu[a], -abs(a - paper)))
     return AlphaSelection(best, dev_bleu)
 
