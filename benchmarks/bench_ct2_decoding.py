@@ -8,16 +8,19 @@ pipeline run's ``results/runs/E/averaged.pt``, ``results/spm/D/P/spm.model`` and
 random word sequences. Random weights rarely emit EOS, so every output runs to its length cap
 (``max_len_b`` tokens beyond the source): a heavy, but the same, workload for both engines.
 
-The model is exported with ``ct2.export_ct2`` (float32, no quantization) into a temporary
-directory. For each intra-op thread count (``--threads 1 2``: torch.set_num_threads and
-CTranslate2's ``intra_threads``), each engine translates the sentences ``--runs`` times (after
-one warm-up run); the median wall time gives sentences/s, and the ratio CTranslate2 / torch.
-Both engines batch by ``--max-tokens`` the same way. The share of identical outputs is reported
-too (the length penalties differ: docs in ``transformer_nmt.inference.ct2``).
+The model is exported with ``ct2.export_ct2`` into a temporary directory: float32 by default,
+or with ``--quantize int8`` int8 weights on both sides (ours: the translate stage's dynamic
+quantisation of the linear layers; CTranslate2: its own int8 conversion), so that each
+precision class is compared with itself. For each intra-op thread count (``--threads 1 2``:
+torch.set_num_threads and CTranslate2's ``intra_threads``), each engine translates the
+sentences ``--runs`` times (after one warm-up run); the median wall time gives sentences/s, and
+the ratio CTranslate2 / torch. Both engines batch by ``--max-tokens`` the same way. The share
+of identical outputs is reported too (the length penalties differ: docs in
+``transformer_nmt.inference.ct2``).
 
 Usage: ``python benchmarks/bench_ct2_decoding.py [--model M --spm-model S --source F]
-[--sentences 200] [--runs 3] [--threads 1 2] [--beam 4]``; prints a table and writes
-``benchmarks/out/ct2_decoding.json`` (with the load average, to judge a loaded machine).
+[--sentences 200] [--runs 3] [--threads 1 2] [--beam 4] [--quantize int8]``; prints a table and
+writes ``benchmarks/out/ct2_decoding.json`` (with the load average, to judge a loaded machine).
 """
 
 from __future__ import annotations
@@ -87,8 +90,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="timed runs per engine (median)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     add_search_arguments(parser)  # translate's own flags and §6.1 defaults
+    parser.add_argument(
+        "--quantize", choices=["none", "int8"], default="none",
+        help="weights on both sides: none (float32) or int8 (default none)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
+    quantize = None if args.quantize == "none" else args.quantize
     if args.model is not None and (args.spm_model is None or args.source is None):
         parser.error("--model needs --spm-model and --source")
     ctranslate2 = import_ctranslate2()
@@ -101,8 +109,8 @@ def main() -> None:
         else:
             model, spm_model = args.model, args.spm_model
             lines = [line for line in read_lines(args.source) if line.strip()][: args.sentences]
-        export_ct2(model, spm_model, root / "ct2")
-        ours = Translator(model, spm_model, settings, device="cpu")
+        export_ct2(model, spm_model, root / "ct2", quantization=quantize)
+        ours = Translator(model, spm_model, settings, device="cpu", quantize=quantize)
         rows = []
         header = f"{'threads':>7} {'torch sent/s':>13} {'ct2 sent/s':>11} {'ratio':>6} {'same':>5}"
         print(header)
@@ -135,7 +143,8 @@ def main() -> None:
         "source": str(args.source) if args.source else "synthetic",
         "sentences": len(lines),
         "settings": {"beam": args.beam, "alpha": args.alpha, "max_len_b": args.max_len_b,
-                     "max_tokens": args.max_tokens},
+                     "max_tokens": args.max_tokens, "early_stop": args.early_stop},
+        "quantize": args.quantize,
         "runs": args.runs,
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),

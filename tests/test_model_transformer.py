@@ -399,18 +399,53 @@ def test_preallocated_cache_grows_and_reorders_like_full_recompute(monkeypatch):
     enc = model.encode(src)
     state = model.init_state(enc)
     rows = torch.arange(3)  # which original row each cached row continues
-    capacities = set()
+    # beam-style reorderings with repeated rows (steps 3-5, the batch keeps its size), then
+    # finished rows dropped (step 6)
+    reorders = {3: [2, 0, 0], 4: [1, 2, 0], 5: [0, 0, 1], 6: [1, 2]}
+    capacities, buffers = set(), set()
     for t in range(tgt.shape[1]):
-        if t in (3, 6):  # beam-style reordering with repeated and dropped rows
-            index = torch.tensor([2, 0, 0]) if t == 3 else torch.tensor([1, 2])
+        if t in reorders:
+            index = torch.tensor(reorders[t])
             state.reorder(index)
             rows = rows[index]
+            if t in (4, 5):
+                buffers.add(state.layers[0]._k.data_ptr())
         logits, _ = model.decode_step(tgt[rows, t], state)
         full, _ = model.decode(tgt[rows, : t + 1], enc.index_select(rows))
         torch.testing.assert_close(logits, full[:, t], rtol=0, atol=1e-12)
-        capacities.add(state.layers[0]._k.shape[2])
+        capacities.add(state.layers[0].capacity)
     assert capacities == {2, 6, 14}  # grown in place of a copy per step
+    # reorders of one batch size alternate between two buffers instead of allocating
+    assert len(buffers) == 2
     assert state.layers[0].self_k.shape == (2, 4, 9, 8)
+
+
+def test_decode_step_into_a_reused_logits_buffer_equals_fresh_logits():
+    model = make_model().eval()
+    src, _ = random_batch()
+    g = torch.Generator().manual_seed(9)
+    tgt = full_tgt = torch.randint(4, V, (3, 5), generator=g)
+    enc = model.encode(src)
+    with torch.no_grad():
+        fresh_state, reused_state = model.init_state(enc), model.init_state(enc)
+        reused_state.reuse_logits = True
+        pointers = set()
+        for t in range(tgt.shape[1]):
+            if t == 3:  # a finished row leaves: the buffer's first rows serve the smaller batch
+                for state in (fresh_state, reused_state):
+                    state.reorder(torch.tensor([0, 2]))
+                tgt = tgt[[0, 2]]
+            expected, _ = model.decode_step(tgt[:, t], fresh_state)
+            logits, _ = model.decode_step(tgt[:, t], reused_state)
+            torch.testing.assert_close(logits, expected, rtol=0, atol=1e-12)
+            pointers.add(logits.data_ptr())
+    assert len(pointers) == 1  # one buffer for every step
+    with torch.no_grad():  # the default: a new tensor per step, which a caller may keep
+        state = model.init_state(enc)
+        first, _ = model.decode_step(full_tgt[:, 0], state)
+        kept = first.clone()
+        model.decode_step(full_tgt[:, 1], state)
+    assert torch.equal(first, kept)
 
 
 @pytest.mark.parametrize("mask_kind", ["padding", "causal"])

@@ -77,9 +77,13 @@ class LayerCache:
 
     ``cross_k``/``cross_v``: encoder keys/values for cross-attention, computed once
     [B, h, S, d_k] / [B, h, S, d_v]. ``self_k``/``self_v``: keys/values of every target position
-    decoded so far [B, h, t, d_k] / [B, h, t, d_v]: views of preallocated buffers whose
-    capacity doubles when full, so that a step writes its position in place instead of copying
-    the whole history (``torch.cat``) every step.
+    decoded so far [B, h, t, d_k] / [B, h, t, d_v]: views of preallocated time-major buffers
+    [capacity, B, h, d] whose capacity doubles when full, so that a step writes its position in
+    place instead of copying the whole history (``torch.cat``) every step. Time-major because
+    beam search reorders the rows every step: the first t positions of a time-major buffer are
+    one contiguous block, so the reorder gathers exactly t positions into a second buffer of the
+    same size (no allocation, no copy of the unused capacity; 2-3x faster than gathering the
+    batch-major buffer into a new tensor on a CPU, benchmarks/RESULTS.md).
     """
 
     MIN_CAPACITY = 16  # positions; doubled as needed
@@ -87,35 +91,42 @@ class LayerCache:
     def __init__(self, cross_k: torch.Tensor, cross_v: torch.Tensor) -> None:
         self.cross_k, self.cross_v = cross_k, cross_v
         self.length = 0  # target positions cached
-        self._k: torch.Tensor | None = None  # [B, h, capacity, d_k]
-        self._v: torch.Tensor | None = None  # [B, h, capacity, d_v]
+        self._k: torch.Tensor | None = None  # [capacity, B, h, d_k]
+        self._v: torch.Tensor | None = None  # [capacity, B, h, d_v]
+        self._spare: tuple[torch.Tensor, torch.Tensor] | None = None  # the reorder's targets
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self._k is None else self._k.shape[0]
 
     @property
     def self_k(self) -> torch.Tensor | None:
-        return None if self._k is None else self._k[:, :, : self.length]
+        # [t, B, h, d_k] -> [B, h, t, d_k] (a view: SDPA reads the strides)
+        return None if self._k is None else self._k[: self.length].permute(1, 2, 0, 3)
 
     @property
     def self_v(self) -> torch.Tensor | None:
-        return None if self._v is None else self._v[:, :, : self.length]
+        return None if self._v is None else self._v[: self.length].permute(1, 2, 0, 3)
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cache new positions' ``k`` [B, h, T, d_k], ``v`` [B, h, T, d_v]; returns the keys and
         values of every position so far, [B, h, t + T, d_k|d_v]."""
         start, end = self.length, self.length + k.shape[2]
-        if self._k is None or end > self._k.shape[2]:
+        if self._k is None or end > self._k.shape[0]:
             capacity = max(self.MIN_CAPACITY, 2 * end)
             self._k = self._grow(self._k, k, capacity)
             self._v = self._grow(self._v, v, capacity)
-        self._k[:, :, start:end] = k
-        self._v[:, :, start:end] = v
+            self._spare = None
+        self._k[start:end] = k.permute(2, 0, 1, 3)  # [B, h, T, d] -> [T, B, h, d]
+        self._v[start:end] = v.permute(2, 0, 1, 3)
         self.length = end
         return self.self_k, self.self_v
 
     def _grow(self, old: torch.Tensor | None, new: torch.Tensor, capacity: int) -> torch.Tensor:
         b, h, _, d = new.shape
-        buffer = new.new_empty(b, h, capacity, d)
+        buffer = new.new_empty(capacity, b, h, d)
         if old is not None:
-            buffer[:, :, : self.length] = old[:, :, : self.length]
+            buffer[: self.length] = old[: self.length]
         return buffer
 
     def reorder(self, index: torch.Tensor, same_source: bool = False) -> None:
@@ -125,9 +136,29 @@ class LayerCache:
         if not same_source:
             self.cross_k = self.cross_k.index_select(0, index)
             self.cross_v = self.cross_v.index_select(0, index)
-        if self._k is not None:
-            self._k = self._k.index_select(0, index)
-            self._v = self._v.index_select(0, index)
+        if self._k is None or self._v is None:
+            return
+        if torch.is_grad_enabled() and (self._k.requires_grad or self._v.requires_grad):
+            # differentiable decoding (tests, attributions): autograd cannot write into ``out=``
+            self._k, self._v = self._k.index_select(1, index), self._v.index_select(1, index)
+            self._spare = None
+            return
+        rows = index.shape[0]
+        if self._spare is None or self._spare[0].shape[1] != rows:
+            # the batch changed size (first reorder, or finished sentences left): new buffers
+            self._spare = (
+                self._k.new_empty(self.capacity, rows, *self._k.shape[2:]),
+                self._v.new_empty(self.capacity, rows, *self._v.shape[2:]),
+            )
+        spare_k, spare_v = self._spare
+        t = self.length
+        torch.index_select(self._k[:t], 1, index, out=spare_k[:t])  # [t, B', h, d_k]
+        torch.index_select(self._v[:t], 1, index, out=spare_v[:t])
+        if spare_k.shape[1] == self._k.shape[1]:
+            self._spare = (self._k, self._v)  # the old buffers are the next reorder's targets
+        else:
+            self._spare = None
+        self._k, self._v = spare_k, spare_v
 
 
 class DecoderLayer(nn.Module):

@@ -19,7 +19,7 @@ after the sqrt(d_model) scale they have unit variance; LayerNorm gain 1, bias 0.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -70,6 +70,10 @@ class DecoderState:
     layers: list[LayerCache]
     cross_attn_mask: torch.Tensor | None  # [B, 1, 1, S]; None: no source padding
     step: int = 0
+    # ``decode_step`` may write its logits into one buffer reused every step (a search that
+    # consumes them before the next step; saves a new [B, V] tensor per step)
+    reuse_logits: bool = False
+    _logits: torch.Tensor | None = field(default=None, repr=False)
 
     def reorder(self, index: torch.Tensor, same_source: bool = False) -> None:
         """Keep rows ``index`` (long [B']) of every cached tensor, in that order.
@@ -284,8 +288,31 @@ class Transformer(nn.Module):
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         state.step += 1
-        logits = self.project(x)[:, 0]  # [B, 1, V] -> [B, V]
+        if (
+            state.reuse_logits
+            and self.out_proj is None
+            and not torch.is_grad_enabled()
+            and not torch.is_autocast_enabled(x.device.type)
+        ):
+            logits = self._project_into(x[:, 0], state)  # [B, d_model] -> [B, V]
+        else:
+            logits = self.project(x)[:, 0]  # [B, 1, V] -> [B, V]
         return logits, None if weights is None else weights[:, 0]  # [B, S]
+
+    def _project_into(self, x: torch.Tensor, state: DecoderState) -> torch.Tensor:
+        """§3.4 tied projection of ``x`` [B, d_model] into ``state``'s logits buffer [B, V]
+        (its first B rows: a batch that shrinks reuses it)."""
+        weight = self.src_embed.weight
+        buffer = state._logits
+        rows, dtype = x.shape[0], torch.result_type(x, weight)
+        if (
+            buffer is None
+            or buffer.shape[0] < rows
+            or buffer.dtype != dtype
+            or buffer.device != x.device
+        ):
+            buffer = state._logits = x.new_empty(rows, weight.shape[0], dtype=dtype)
+        return torch.mm(x, weight.t(), out=buffer[:rows])
 
 
 def count_parameters(model: nn.Module, exclude_embeddings: bool = False) -> int:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.search._stepper import Stepper, eval_mode, restrict_
+from transformer_nmt.search._stepper import Stepper, eval_mode, restrict_, row_topk
 from transformer_nmt.search.length_penalty import length_penalty
 from transformer_nmt.search.settings import EARLY_STOP, SearchSettings
 
@@ -116,12 +116,16 @@ def beam_search(
                 eos_id=eos_id,
                 pad_id=pad_id,
             )
-            vocab = lprobs.shape[1]
+            # 1.-2. The 2K best of the K * V candidates are among each hypothesis's own 2K best
+            # tokens (a candidate with 2K better ones in its own row has 2K better ones in
+            # all), so rank per row first: [n*K, V] is only read, never added to or copied.
+            width = min(2 * k, lprobs.shape[1])
+            row_lprobs, row_tok = row_topk(lprobs, width)  # [n*K, W]
             # scores follow the model's dtype (float64 models search in float64)
-            cand = (scores.to(lprobs.dtype).reshape(n * k, 1) + lprobs).view(n, k * vocab)
-            top_scores, top_idx = cand.topk(min(2 * k, k * vocab), dim=1)  # [n, 2K]
-            top_beam = torch.div(top_idx, vocab, rounding_mode="floor")  # [n, 2K]
-            top_tok = top_idx % vocab  # [n, 2K]
+            cand = (scores.to(lprobs.dtype).reshape(n * k, 1) + row_lprobs).view(n, k * width)
+            top_scores, top_idx = cand.topk(min(2 * k, k * width), dim=1)  # [n, 2K]
+            top_beam = torch.div(top_idx, width, rounding_mode="floor")  # [n, 2K]
+            top_tok = row_tok.view(n, k * width).gather(1, top_idx)  # [n, 2K]
             is_eos = top_tok == eos_id
             rank = torch.arange(top_idx.shape[1], device=device)
             ends = is_eos & (rank < k)[None] & torch.isfinite(top_scores)  # [n, 2K]
