@@ -26,7 +26,9 @@ max_tokens), eole's ``noam`` decay with learning_rate = lr_scale and warmup_step
 Adam betas and epsilon, dropout = p_drop, attention_dropout = p_drop_attn, label smoothing =
 eps_ls, gradient clipping, seed, fp32, no data-loader workers, no validation, a checkpoint
 (``<model_path>/step_<N>/``) every ``--every-steps`` steps, all kept. It is stopped like ours
-(SIGINT) at the budget or at ``--max-steps``. What cannot be matched is listed in the output and
+(SIGINT) at the budget or at ``--peer-max-steps`` (default ``--max-steps``: ours ends its
+recipe, cool-down included, at ``--max-steps``, while eole's schedule has no end, so a longer
+watch of the peer only favours it). What cannot be matched is listed in the output and
 the JSON (eole's dropout after the FFN's ReLU, its data order). Each peer checkpoint is
 translated by eole's own beam search (``benchmarks/peers/eole_decode.py``: beam, GNMT ``wu``
 length penalty with alpha, batches of the experiment's ``max_tokens``; outputs capped at the
@@ -305,7 +307,8 @@ def peer_train_config(exp: dict[str, Any], data: dict[str, Any], peer_dir: Path,
     if train.lr_cooldown_steps:
         notes.append(f"lr_cooldown_steps {train.lr_cooldown_steps}: eole has no cool-down")
     schedule = SimpleNamespace(
-        log_every=train.log_every_steps, steps=args.max_steps or UNBOUNDED_STEPS,
+        log_every=train.log_every_steps,
+        steps=args.peer_max_steps or args.max_steps or UNBOUNDED_STEPS,
         max_tokens=train.max_tokens, warmup=train.warmup, lr_scale=train.lr_scale,
     )  # fmt: skip
     cfg = peer_config(schedule, data, peer_dir)
@@ -480,6 +483,7 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--peer", choices=["eole"], help="also train and score the peer toolkit")
     parser.add_argument("--peer-only", action="store_true", help="the peer's side only")
+    parser.add_argument("--peer-max-steps", type=int, help="the peer's step cap (--max-steps)")
     parser.add_argument(
         "--concurrent", action="store_true",
         help="train both sides at the same time (2 cores: --threads 1, a core each)",
