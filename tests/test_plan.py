@@ -185,16 +185,37 @@ def test_max_tokens_must_be_a_positive_integer_or_auto() -> None:
             TrainConfig.from_dict({"max_tokens": bad})
 
 
-def test_cpu_recipe_hours_come_from_the_recorded_throughput(
-    capsys: pytest.CaptureFixture[str],
+def test_cpu_hours_come_from_the_recorded_throughput_of_the_models_own_shape(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = REPO_ROOT / "config" / "experiments" / "multi30k_en_de_cpu.yaml"
-    code, out, _ = _plan(capsys, "--configfile", str(config))
-    assert code == 0
-    cells = _rows(out)["multi30k_en_de_cpu"]
-    rate = pf.RECORDED_THROUGHPUT[("tiny", "cpu")].tgt_tokens_per_s
-    assert cells[5] == "1 cpu x 1" and cells[2] == "32-true"
-    assert cells[11] == f"{5000 * 2048 / rate / 3600:,.1f}"  # 5,000 steps of 2,048 tokens
+    recipe = REPO_ROOT / "config" / "experiments" / "multi30k_en_de_cpu.yaml"
+    config = yaml.safe_load(recipe.read_text())
+    exp = config["experiments"]["multi30k_en_de_cpu"]
+    steps, tokens = exp["train"]["max_steps"], exp["train"]["tokens_per_update"]
+
+    def hours(overrides: dict) -> tuple[str, str]:
+        exp["model_overrides"] = {"norm_first": True, **overrides}
+        path = tmp_path / "recipe.yaml"
+        path.write_text(yaml.safe_dump(config))
+        code, out, _ = _plan(capsys, "--configfile", str(path))
+        assert code == 0
+        cells = _rows(out)["multi30k_en_de_cpu"]
+        assert cells[5] == "1 cpu x 1" and cells[2] == "32-true"
+        return cells[11], out
+
+    # the recipe narrows tiny (d_model 128): its own recorded speed, not tiny's
+    narrow = {"d_model": 128, "d_ff": 512, "d_k": 32, "d_v": 32}
+    rate = pf.RECORDED_THROUGHPUT[("tiny (d_model 128, d_ff 512, d_k 32, d_v 32)", "cpu")]
+    cell, out = hours(narrow)
+    assert cell == f"{steps * tokens / rate.tgt_tokens_per_s / 3600:,.1f}"
+    assert "speed of tiny (d_model 128, d_ff 512, d_k 32, d_v 32) on cpu: 5,473" in out
+    # tiny's own shape: tiny's recorded speed
+    rate = pf.RECORDED_THROUGHPUT[("tiny", "cpu")]
+    assert hours({})[0] == f"{steps * tokens / rate.tgt_tokens_per_s / 3600:,.1f}"
+    # a shape nobody measured: no hours, and the note says why
+    cell, out = hours({"d_model": 192, "d_k": 48, "d_v": 48})
+    assert cell == "n/a"
+    assert "no recorded throughput for tiny (d_model 192, d_k 48, d_v 48) on cpu" in out
 
 
 def test_a_worst_batch_too_big_for_a_v100_is_refused_naming_the_key(

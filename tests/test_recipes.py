@@ -112,7 +112,11 @@ def test_dry_run_of_every_recipe(tmp_path: Path, recipe: Path) -> None:
     assert f"--mlflow-experiment {exp['dataset']}_{exp['pair']} --mlflow-run {name}" in train
     translate = _shell_commands(out, "translate")
     assert len(translate) == len(exp["test_sets"])
-    assert all("--beam 4 --alpha 0.6 --max-len-b 50" in cmd for cmd in translate)
+    if exp["translate"]["alpha"] == "auto":  # α chosen on the dev set (select_alpha)
+        chosen = f"results/runs/{name}/alpha_selection.json"
+        assert all(f"--beam 4 --alpha-from {chosen} --max-len-b 50" in c for c in translate)
+    else:
+        assert all("--beam 4 --alpha 0.6 --max-len-b 50" in cmd for cmd in translate)
     assert len(_shell_commands(out, "score")) == len(exp["test_sets"])
     average = _shell_commands(out, "average")[0]
     if exp["average_last_k"] == "auto":  # the dev set decides K (Multi30k recipes)

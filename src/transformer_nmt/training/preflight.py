@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from transformer_nmt.errors import ConfigError
-from transformer_nmt.model.config import ModelConfig
+from transformer_nmt.model.config import ModelConfig, get_preset
 from transformer_nmt.training.config import (
     TrainConfig,
     accumulation,
@@ -86,7 +86,8 @@ class Throughput:
 # pre-LN, WMT14 EN-DE, tokens/s averaged over an epoch, pytorch-22.06 NGC container), one GPU.
 _NVIDIA_DLE = "published: NVIDIA DeepLearningExamples PyTorch Transformer README, transformer-big"
 
-# Training throughputs per (preset, device kind): target tokens per second of one device. Our
+# Training throughputs per (preset, device kind): target tokens per second of one device (a
+# model reshaped from its preset by model_overrides is keyed "preset (field value, ...)"). Our
 # own measurements (benchmarks/RESULTS.md) where we have them; published ones otherwise, each
 # labelled with its source. No GPU of ours has measured yet (issue: a GPU run): `plan` on a GPU
 # machine measures, or --tokens-per-s gives a number.
@@ -95,6 +96,12 @@ RECORDED_THROUGHPUT: dict[tuple[str, str], Throughput] = {
         3183,
         "benchmarks/RESULTS.md, the default demo's 1,000 steps (pre-LN tiny, fp32, idle "
         "2-core EPYC VM, 2026-11-22)",
+    ),
+    # the demo's and the CPU recipe's narrow model (a plan names it so: reshaped_fields)
+    ("tiny (d_model 128, d_ff 512, d_k 32, d_v 32)", "cpu"): Throughput(
+        5473,
+        "benchmarks/RESULTS.md, the demo's 1,600 steps of its narrow model (pre-LN, fp32, idle "
+        "2-core EPYC VM, 2026-11-25; a 2-core Xeon with AMX ran ~7,800)",
     ),
     ("base", "cpu"): Throughput(
         233,
@@ -415,6 +422,9 @@ class Plan:
     throughput: Throughput | None  # per device
     max_steps: int
     max_tokens_auto: bool = False  # the config said "auto"
+    # the model's departures from its preset's shape ("d_model 128, d_ff 512"): a recorded
+    # throughput of the preset is not this model's speed
+    reshaped: str | None = None
 
     @property
     def update_tokens(self) -> int:
@@ -473,7 +483,10 @@ def plan_experiment(
         cfg = dataclasses.replace(cfg, max_tokens=max(chosen, 1))  # 1: the plan then refuses
     rows, width, est = worst_batch(model_cfg, cfg, vocab_size, precision, params)
     peak, source = est.total, "estimated"
-    throughput = RECORDED_THROUGHPUT.get((preset, target.kind))
+    # a preset's recorded speed is not that of a reshaped model: those have their own entries
+    reshaped = reshaped_fields(preset, model_cfg)
+    model_key = preset if reshaped is None else f"{preset} ({reshaped})"
+    throughput = RECORDED_THROUGHPUT.get((model_key, target.kind))
     if throughput is not None and throughput.precision not in (None, _canonical(precision)):
         throughput = None  # measured in another precision: not this plan's speed
     if measure_on is not None:
@@ -509,7 +522,26 @@ def plan_experiment(
         throughput=throughput,
         max_steps=cfg.max_steps,
         max_tokens_auto=auto,
+        reshaped=reshaped,
     )
+
+
+SHAPE_FIELDS = ("N", "d_model", "d_ff", "h", "d_k", "d_v")  # what a step's cost depends on
+
+
+def reshaped_fields(preset: str, model_cfg: ModelConfig) -> str | None:
+    """The shape fields in which ``model_cfg`` departs from its preset, e.g. ``"d_model 128,
+    d_ff 512"`` (None: the preset's shape, or no known preset)."""
+    try:
+        base = get_preset(preset)
+    except ConfigError:
+        return None
+    changed = [
+        f"{key} {getattr(model_cfg, key)}"
+        for key in SHAPE_FIELDS
+        if getattr(model_cfg, key) != getattr(base, key)
+    ]
+    return ", ".join(changed) or None
 
 
 def largest_fitting_max_tokens(
