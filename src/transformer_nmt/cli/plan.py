@@ -229,16 +229,15 @@ def format_table(plans: list[Entry]) -> str:
                 f"overshoot tokens_per_update {plan.tokens_per_update:,}: fewer devices or a "
                 "smaller max_tokens keep the §5.1 batch"
             )
-        model = plan.preset if plan.reshaped is None else f"{plan.preset} ({plan.reshaped})"
         if plan.throughput is None:
             notes.append(
-                f"{plan.name}: no recorded throughput for {model} on {target.kind} "
+                f"{plan.name}: no recorded throughput for {plan.model} on {target.kind} "
                 "(measure with plan on that device, or pass --tokens-per-s)"
             )
         elif plan.throughput.source not in seen:
             seen.add(plan.throughput.source)
             notes.append(
-                f"speed of {model} on {target.kind}: "
+                f"speed of {plan.model} on {target.kind}: "
                 f"{plan.throughput.tgt_tokens_per_s:,.0f} target tokens/s per device "
                 f"({plan.throughput.source}); assumes linear scaling over devices"
             )

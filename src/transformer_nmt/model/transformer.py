@@ -302,17 +302,10 @@ class Transformer(nn.Module):
     def _project_into(self, x: torch.Tensor, state: DecoderState) -> torch.Tensor:
         """§3.4 tied projection of ``x`` [B, d_model] into ``state``'s logits buffer [B, V]
         (its first B rows: a batch that shrinks reuses it)."""
-        weight = self.src_embed.weight
-        buffer = state._logits
-        rows, dtype = x.shape[0], torch.result_type(x, weight)
-        if (
-            buffer is None
-            or buffer.shape[0] < rows
-            or buffer.dtype != dtype
-            or buffer.device != x.device
-        ):
-            buffer = state._logits = x.new_empty(rows, weight.shape[0], dtype=dtype)
-        return torch.mm(x, weight.t(), out=buffer[:rows])
+        weight, rows = self.src_embed.weight, x.shape[0]
+        if state._logits is None or state._logits.shape[0] < rows:  # one state: one dtype, device
+            state._logits = x.new_empty(rows, weight.shape[0])
+        return torch.mm(x, weight.t(), out=state._logits[:rows])
 
 
 def count_parameters(model: nn.Module, exclude_embeddings: bool = False) -> int:

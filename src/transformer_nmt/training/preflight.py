@@ -97,7 +97,7 @@ RECORDED_THROUGHPUT: dict[tuple[str, str], Throughput] = {
         "benchmarks/RESULTS.md, the default demo's 1,000 steps (pre-LN tiny, fp32, idle "
         "2-core EPYC VM, 2026-11-22)",
     ),
-    # the demo's and the CPU recipe's narrow model (a plan names it so: reshaped_fields)
+    # the demo's and the CPU recipe's narrow model (a plan names it so: model_name)
     ("tiny (d_model 128, d_ff 512, d_k 32, d_v 32)", "cpu"): Throughput(
         5473,
         "benchmarks/RESULTS.md, the demo's 1,600 steps of its narrow model (pre-LN, fp32, idle "
@@ -422,9 +422,9 @@ class Plan:
     throughput: Throughput | None  # per device
     max_steps: int
     max_tokens_auto: bool = False  # the config said "auto"
-    # the model's departures from its preset's shape ("d_model 128, d_ff 512"): a recorded
-    # throughput of the preset is not this model's speed
-    reshaped: str | None = None
+    # the preset, or "preset (d_model 128, d_ff 512)" for a model reshaped from it: the key of
+    # its recorded throughput (a preset's speed is not a reshaped model's)
+    model: str = ""
 
     @property
     def update_tokens(self) -> int:
@@ -483,10 +483,8 @@ def plan_experiment(
         cfg = dataclasses.replace(cfg, max_tokens=max(chosen, 1))  # 1: the plan then refuses
     rows, width, est = worst_batch(model_cfg, cfg, vocab_size, precision, params)
     peak, source = est.total, "estimated"
-    # a preset's recorded speed is not that of a reshaped model: those have their own entries
-    reshaped = reshaped_fields(preset, model_cfg)
-    model_key = preset if reshaped is None else f"{preset} ({reshaped})"
-    throughput = RECORDED_THROUGHPUT.get((model_key, target.kind))
+    model = model_name(preset, model_cfg)
+    throughput = RECORDED_THROUGHPUT.get((model, target.kind))
     if throughput is not None and throughput.precision not in (None, _canonical(precision)):
         throughput = None  # measured in another precision: not this plan's speed
     if measure_on is not None:
@@ -522,26 +520,26 @@ def plan_experiment(
         throughput=throughput,
         max_steps=cfg.max_steps,
         max_tokens_auto=auto,
-        reshaped=reshaped,
+        model=model,
     )
 
 
 SHAPE_FIELDS = ("N", "d_model", "d_ff", "h", "d_k", "d_v")  # what a step's cost depends on
 
 
-def reshaped_fields(preset: str, model_cfg: ModelConfig) -> str | None:
-    """The shape fields in which ``model_cfg`` departs from its preset, e.g. ``"d_model 128,
-    d_ff 512"`` (None: the preset's shape, or no known preset)."""
+def model_name(preset: str, model_cfg: ModelConfig) -> str:
+    """``preset``, or ``"preset (d_model 128, d_ff 512)"`` naming the shape fields in which
+    ``model_cfg`` departs from its preset (a step's cost differs, so does its speed)."""
     try:
         base = get_preset(preset)
     except ConfigError:
-        return None
+        return preset
     changed = [
         f"{key} {getattr(model_cfg, key)}"
         for key in SHAPE_FIELDS
         if getattr(model_cfg, key) != getattr(base, key)
     ]
-    return ", ".join(changed) or None
+    return f"{preset} ({', '.join(changed)})" if changed else preset
 
 
 def largest_fitting_max_tokens(
