@@ -13,7 +13,10 @@ pieces, with no extra specials (its pad/unk/bos/eos are set to our names).
 Model and training (both): our ``tiny`` preset with the demo's pre-LN flag (d_model 256, 3+3
 layers, 4 heads, d_ff 1024, dropout 0.1, shared embeddings and pre-softmax projection), label
 smoothing 0.1, Adam (0.9, 0.98), the §5.3 inverse-sqrt schedule (``--warmup``, ``--lr-scale``),
-``--max-tokens`` tokens per batch counting padding, one update per batch, fp32, ``--threads``
+``--max-tokens`` tokens per batch counting padding, one update per batch, ``--precision``
+(fp32, or bf16 autocast with fp32 weights on both sides: ours ``bf16-mixed`` with batch widths
+as they come, ``pad_multiple`` 1, its faster setting on an AMX CPU; eole ``compute_dtype: bf16``
+with its default ``use_amp``, torch's CPU autocast), ``--threads``
 intra-op threads (OMP/MKL variables and torch.set_num_threads through them), one process, no
 data-loader workers. The peer's settings are ``benchmarks/peers/eole_tiny.yaml``.
 
@@ -67,6 +70,8 @@ REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"
 PEERS = REPO / "benchmarks" / "peers"
 EXPERIMENT = "multi30k_en_de_tiny"
+# --precision: (our train.precision, eole's compute_dtype)
+PRECISIONS = {"fp32": ("32-true", "fp32"), "bf16": ("bf16-mixed", "bf16")}
 
 # "step 50/150 (33%)  elapsed 0m41s  eta 1m22s  loss 6.1234  lr ...  tgt tok/s 2412"
 OURS_LINE = re.compile(r"step (\d+)/\d+ .*?loss ([0-9.]+).*?tgt tok/s (\d+)")
@@ -140,7 +145,7 @@ def run_ours(args, paths: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         "warmup": args.warmup,
         "lr_scale": args.lr_scale,
         "seed": 1,
-        "precision": "32-true",
+        "precision": PRECISIONS[args.precision][0],
         "accelerator": "cpu",
         "devices": 1,
         "checkpoint_every_steps": args.steps,
@@ -267,6 +272,7 @@ def peer_config(args, data: dict[str, Any], work: Path) -> dict[str, Any]:
     cfg["training"].update(
         model_path=str(work / "eole_model"), train_steps=args.steps,
         batch_size=args.max_tokens, warmup_steps=args.warmup, learning_rate=args.lr_scale,
+        compute_dtype=PRECISIONS[args.precision][1],
     )  # fmt: skip
     return cfg
 
@@ -288,6 +294,10 @@ def main() -> int:
     parser.add_argument("--log-every", type=int, default=25, help="log window in updates")
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--precision", choices=sorted(PRECISIONS), default="fp32",
+        help="both sides: fp32, or bf16 autocast (fp32 weights)",
+    )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=100, help="§5.3 warmup steps (demo: 100)")
     parser.add_argument("--lr-scale", type=float, default=0.5, help="schedule scale (demo: 0.5)")
     parser.add_argument("--peer-venv", type=Path, default=REPO / "benchmarks" / ".venv-peer-eole")
@@ -349,7 +359,7 @@ def main() -> int:
     cpu_ratio = med["ours"]["tgt_tokens_per_cpu_s"] / med["peer"]["tgt_tokens_per_cpu_s"]
     peer = peer_version(args.peer_venv)
     print(f"\nmedian of {args.runs} runs, {args.steps} updates of {args.max_tokens} tokens, "
-          f"{args.threads} threads; peer {peer}")  # fmt: skip
+          f"{args.threads} threads, {args.precision}; peer {peer}")  # fmt: skip
     print(f"{'':<6} {'tgt tok/s':>10} {'per CPU-s':>10} {'loss@' + str(args.steps):>10} "
           f"{'tgt tok/batch':>14}")  # fmt: skip
     for who in ("ours", "peer"):

@@ -155,6 +155,56 @@ def test_reorder_within_one_source_keeps_the_source_tensors_and_equals_a_full_re
     torch.testing.assert_close(logits_within, logits_full, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("average_heads", [True, False])
+def test_rows_sharing_a_source_attend_to_one_copy_like_k_copies(average_heads):
+    # Beam search's state: K rows per sentence read one copy of its cross-attention keys and
+    # values (rows_per_source=K). Equal to K copies, through beam reorders within sentences and
+    # a reorder that drops a sentence.
+    model = make_model()
+    src, _ = random_batch()
+    k = 2
+    enc = model.encode(src)
+    tgt = torch.randint(4, V, (3 * k, 5), generator=torch.Generator().manual_seed(5))
+    tgt[:, 0] = BOS
+    grouped = model.init_state(enc, rows_per_source=k)
+    copies = model.init_state(enc.index_select(torch.arange(3).repeat_interleave(k)))
+    assert grouped.layers[0].cross_k.shape[0] == 3 and grouped.batch_size == copies.batch_size
+    rows = torch.arange(3 * k)  # which row of tgt each state row continues
+    reorders = {2: ([1, 1, 2, 3, 5, 4], True), 3: ([0, 1, 4, 5], False)}  # then sentence 1 ends
+    for t in range(tgt.shape[1]):
+        if t in reorders:
+            index, same_source = torch.tensor(reorders[t][0]), reorders[t][1]
+            grouped.reorder(index, same_source)
+            copies.reorder(index, same_source)
+            rows = rows[index]
+        decoded = []
+        for state in (grouped, copies):
+            x = model.embed_target(tgt[rows, t][:, None], offset=state.step)
+            for layer, cache in zip(model.decoder_layers, state.layers, strict=True):
+                x, weights = layer(
+                    x, cache.cross_k, cache.cross_v, None, state.cross_attn_mask, cache=cache,
+                    need_weights=True, average_heads=average_heads,
+                    rows_per_source=state.rows_per_source,
+                )  # fmt: skip
+            state.step += 1
+            decoded.append((x, weights))
+        (x_grouped, w_grouped), (x_copies, w_copies) = decoded
+        assert w_grouped.shape == w_copies.shape  # [B, 1, S] or [B, h, 1, S]
+        torch.testing.assert_close(x_grouped, x_copies, rtol=0, atol=1e-12)
+        torch.testing.assert_close(w_grouped, w_copies, rtol=0, atol=1e-12)
+    assert grouped.layers[0].cross_k.shape[0] == 2 and grouped.cross_attn_mask.shape[0] == 2
+    logits, attn = model.decode_step(tgt[rows, 0], grouped, return_attention=True)
+    expected, expected_attn = model.decode_step(tgt[rows, 0], copies, return_attention=True)
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(attn, expected_attn, rtol=0, atol=1e-12)
+
+
+def test_rows_per_source_must_be_positive():
+    model = make_model()
+    with pytest.raises(ValueError, match="rows_per_source"):
+        model.init_state(model.encode(random_batch()[0]), rows_per_source=0)
+
+
 def test_embeddings_shared_scaled_and_initialised():
     torch.manual_seed(0)
     cfg = apply_overrides(get_preset("tiny"), ["N=1", "d_model=64", "d_ff=64", "h=2", "d_k=8"])

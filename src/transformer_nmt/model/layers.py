@@ -129,13 +129,14 @@ class LayerCache:
             buffer[: self.length] = old[: self.length]
         return buffer
 
-    def reorder(self, index: torch.Tensor, same_source: bool = False) -> None:
-        """Select rows ``index`` along the batch dimension (beam reordering, batch shrinking).
-        ``same_source``: every row moves within rows of one source sentence, whose cross-attention
-        keys/values are equal, so they are not copied (DecoderState.reorder)."""
-        if not same_source:
-            self.cross_k = self.cross_k.index_select(0, index)
-            self.cross_v = self.cross_v.index_select(0, index)
+    def reorder(self, index: torch.Tensor, sources: torch.Tensor | None = None) -> None:
+        """Select target rows ``index`` along the batch dimension (beam reordering, batch
+        shrinking) and, when ``sources`` is given, the source rows of the cross-attention keys
+        and values; None: every row moved within its own sentence's rows, whose cross-attention
+        keys/values stay as they are (DecoderState.reorder)."""
+        if sources is not None:
+            self.cross_k = self.cross_k.index_select(0, sources)
+            self.cross_v = self.cross_v.index_select(0, sources)
         if self._k is None or self._v is None:
             return
         if torch.is_grad_enabled() and (self._k.requires_grad or self._v.requires_grad):
@@ -183,12 +184,16 @@ class DecoderLayer(nn.Module):
         cache: LayerCache | None = None,
         need_weights: bool = False,
         average_heads: bool = True,
+        rows_per_source: int = 1,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``x`` [B, T, d_model] -> ([B, T, d_model], cross-attention weights or None): averaged
         over heads [B, T, S], or per head [B, h, T, S] when not ``average_heads``.
 
         With ``cache`` the new positions' keys/values are appended to the layer's cache and the
         queries attend to every cached position (no mask needed: the past is all there is).
+        ``rows_per_source`` K > 1 (incremental decoding, T = 1): ``cross_k``/``cross_v`` hold
+        one row per source sentence, [B/K, h, S, d], for K consecutive rows of ``x``
+        (``DecoderState.rows_per_source``).
         """
 
         def self_attention(y: torch.Tensor) -> torch.Tensor:
@@ -200,10 +205,21 @@ class DecoderLayer(nn.Module):
         weights: list[torch.Tensor | None] = [None]
 
         def cross_attention(y: torch.Tensor) -> torch.Tensor:
-            out, weights[0] = self.cross_attn.attend(
-                y, cross_k, cross_v, cross_attn_mask, need_weights, average_heads
+            if rows_per_source == 1:
+                out, weights[0] = self.cross_attn.attend(
+                    y, cross_k, cross_v, cross_attn_mask, need_weights, average_heads
+                )
+                return out
+            # a sentence's K rows as K queries of one sequence: [B, 1, d] -> [B/K, K, d]
+            rows = y.shape[0]
+            grouped = y.view(rows // rows_per_source, rows_per_source, -1)
+            out, w = self.cross_attn.attend(
+                grouped, cross_k, cross_v, cross_attn_mask, need_weights, average_heads
             )
-            return out
+            if w is not None:  # [B/K, K, S] -> [B, 1, S]; per head [B/K, h, K, S] -> [B, h, 1, S]
+                w = w.view(rows, 1, -1) if average_heads else w.transpose(1, 2).flatten(0, 1)
+                weights[0] = w if average_heads else w[:, :, None]
+            return out.view(rows, 1, -1)  # [B/K, K, d] -> [B, 1, d]
 
         x = self.res_self(x, self_attention)
         x = self.res_cross(x, cross_attention)

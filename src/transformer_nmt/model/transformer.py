@@ -68,8 +68,14 @@ class DecoderState:
     number of target positions decoded so far (``step``, the position of the next token)."""
 
     layers: list[LayerCache]
-    cross_attn_mask: torch.Tensor | None  # [B, 1, 1, S]; None: no source padding
+    cross_attn_mask: torch.Tensor | None  # [B_src, 1, 1, S]; None: no source padding
     step: int = 0
+    # Target rows per source sentence (beam search: its K hypotheses, rows b*K .. b*K + K-1).
+    # The cross-attention keys/values (and the mask) are held once per source, [B_src, ...],
+    # and a sentence's K rows attend to them as K queries of one sequence: K single-query
+    # attentions over K equal copies become one K-query attention, and neither the copies nor
+    # their projection (K times the w_kv GEMM) are made.
+    rows_per_source: int = 1
     # ``decode_step`` may write its logits into one buffer reused every step (a search that
     # consumes them before the next step; saves a new [B, V] tensor per step)
     reuse_logits: bool = False
@@ -80,15 +86,22 @@ class DecoderState:
 
         ``same_source``: each new row comes from a row of the same source sentence (a beam
         reordered within its sentence), so the source-side tensors, equal on those rows, stay.
+        Otherwise, with ``rows_per_source`` K > 1, ``index`` keeps whole sentences: K
+        consecutive entries b*K .. b*K + K-1 per kept sentence b.
         """
+        sources = None
+        if not same_source:
+            k = self.rows_per_source
+            sources = index if k == 1 else index[::k].div(k, rounding_mode="floor")  # [B'/K]
         for layer in self.layers:
-            layer.reorder(index, same_source)
-        if self.cross_attn_mask is not None and not same_source:
-            self.cross_attn_mask = self.cross_attn_mask.index_select(0, index)
+            layer.reorder(index, sources)
+        if self.cross_attn_mask is not None and sources is not None:
+            self.cross_attn_mask = self.cross_attn_mask.index_select(0, sources)
 
     @property
     def batch_size(self) -> int:
-        return self.layers[0].cross_k.shape[0]
+        """Target rows (hypotheses)."""
+        return self.layers[0].cross_k.shape[0] * self.rows_per_source
 
 
 class Transformer(nn.Module):
@@ -255,13 +268,20 @@ class Transformer(nn.Module):
 
     # --- decoder: one position per step from a cache (search, §6.1) ---------------------------
 
-    def init_state(self, enc: EncoderOutput) -> DecoderState:
-        """Compute every layer's cross-attention keys/values from the encoder output once."""
+    def init_state(self, enc: EncoderOutput, rows_per_source: int = 1) -> DecoderState:
+        """Compute every layer's cross-attention keys/values from the encoder output once.
+        ``rows_per_source``: target rows decoded per source sentence of ``enc`` (beam search's
+        K; ``DecoderState.rows_per_source``): ``decode_step`` then takes
+        ``B_src * rows_per_source`` tokens."""
+        if rows_per_source < 1:
+            raise ValueError(f"rows_per_source must be >= 1, got {rows_per_source}")
         layers = []
         for layer in self.decoder_layers:
-            cross_k, cross_v = layer.cross_attn.project_kv(enc.memory)  # [B, h, S, d_k|d_v]
+            cross_k, cross_v = layer.cross_attn.project_kv(enc.memory)  # [B_src, h, S, d_k|d_v]
             layers.append(LayerCache(cross_k=cross_k, cross_v=cross_v))
-        return DecoderState(layers=layers, cross_attn_mask=enc.attn_mask())
+        return DecoderState(
+            layers=layers, cross_attn_mask=enc.attn_mask(), rows_per_source=rows_per_source
+        )
 
     def decode_step(
         self, tokens: torch.Tensor, state: DecoderState, return_attention: bool = False
@@ -284,6 +304,7 @@ class Transformer(nn.Module):
                 state.cross_attn_mask,
                 cache=cache,
                 need_weights=return_attention and i == last,
+                rows_per_source=state.rows_per_source,
             )
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)

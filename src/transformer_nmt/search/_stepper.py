@@ -37,12 +37,18 @@ class Stepper:
         *,
         use_cache: bool,
         return_attention: bool,
+        rows_per_source: int = 1,
     ) -> None:
+        """``enc``: one row per source sentence, each decoded as ``rows_per_source``
+        consecutive rows (beam search's K hypotheses; ``DecoderState.rows_per_source``)."""
         self.model = model
-        self.enc = enc
         self.use_cache = use_cache
         self.return_attention = return_attention
-        self.state = model.init_state(enc) if use_cache else None
+        self.state = model.init_state(enc, rows_per_source) if use_cache else None
+        if not use_cache and rows_per_source > 1:  # the whole decoder re-runs on every row
+            rows = torch.arange(enc.memory.shape[0], device=enc.memory.device)
+            enc = enc.index_select(rows.repeat_interleave(rows_per_source))
+        self.enc = enc
         if self.state is not None:
             self.state.reuse_logits = True  # consumed (log-softmax, top-k) before the next step
         self.prefix: torch.Tensor | None = None  # [N, t] tokens fed so far (no-cache mode)
@@ -70,7 +76,8 @@ class Stepper:
 
     def reorder(self, index: torch.Tensor, same_source: bool = False) -> None:
         """Keep hypotheses ``index`` [N'] (beam reordering and dropping finished sentences);
-        ``same_source``: each row moves within its sentence's rows (DecoderState.reorder)."""
+        ``same_source``: each row moves within its sentence's rows; otherwise whole sentences
+        are kept (DecoderState.reorder)."""
         if self.state is not None:
             self.state.reorder(index, same_source)
         else:

@@ -91,11 +91,15 @@ def beam_search(
     neg_inf = float("-inf")
 
     with eval_mode(model):
-        # Encode once per sentence, then give each of its K hypotheses a copy: [B*K, ...].
-        enc = model.encode(src).index_select(
-            torch.arange(batch, device=device).repeat_interleave(k)
+        # Encode once per sentence; its K hypotheses are rows b*K .. b*K + K-1 of the decoder,
+        # which share the sentence's cross-attention keys and values.
+        stepper = Stepper(
+            model,
+            model.encode(src),
+            use_cache=use_cache,
+            return_attention=return_attention,
+            rows_per_source=k,
         )
-        stepper = Stepper(model, enc, use_cache=use_cache, return_attention=return_attention)
         active = list(range(batch))  # original index of each live sentence
         scores = torch.zeros(batch, k, device=device)  # [n, K] log-probs of live hypotheses
         scores[:, 1:] = neg_inf  # at the start only one (empty) hypothesis per sentence
