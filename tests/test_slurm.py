@@ -216,4 +216,6 @@ def test_slurm_runs_every_job_with_sbatch_and_a_killed_train_job_resumes_to_the_
     scores = json.loads((run_dir / f"{TEST_SET}.scores.json").read_text(encoding="utf-8"))
     local_scores = json.loads((local_run / f"{TEST_SET}.scores.json").read_text(encoding="utf-8"))
     assert scores["bleu"] == local_scores["bleu"] and scores["chrf"] == local_scores["chrf"]
-    assert scores["bleu"]["score"] > 0.0 and scores["chrf"]["score"] > 0.0  # 80 steps: ~0.07, ~5
+    # 80 steps of a tiny model: BLEU is ~0 (0.07, or 0.0, by the seed's draws); chrF (~5)
+    # shows that the translations share text with the references
+    assert scores["chrf"]["score"] > 0.0

@@ -9,6 +9,7 @@ from torch import nn
 
 from transformer_nmt.model.attention import AttentionMask, MultiHeadAttention
 from transformer_nmt.model.config import ModelConfig
+from transformer_nmt.model.dropout import Dropout
 
 
 def _attention(cfg: ModelConfig, *, self_attention: bool) -> MultiHeadAttention:
@@ -30,7 +31,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(p_drop_relu)  # flag; the paper has no dropout here
+        self.dropout = Dropout(p_drop_relu)  # flag; the paper has no dropout here
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w_2(self.dropout(torch.relu(self.w_1(x))))
@@ -46,7 +47,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, p_drop: float, norm_first: bool, ln_eps: float) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model, eps=ln_eps)
-        self.dropout = nn.Dropout(p_drop)
+        self.dropout = Dropout(p_drop)
         self.norm_first = norm_first
 
     def forward(

@@ -28,6 +28,7 @@ from torch import nn
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.model.attention import CAUSAL
 from transformer_nmt.model.config import ModelConfig
+from transformer_nmt.model.dropout import Dropout
 from transformer_nmt.model.layers import DecoderLayer, EncoderLayer, LayerCache
 from transformer_nmt.model.positional import LearnedPositions, SinusoidalPositions
 
@@ -146,7 +147,7 @@ class Transformer(nn.Module):
         else:
             shared = SinusoidalPositions(d_model, min(cfg.max_positions, 1024))
             self.src_pos, self.tgt_pos = shared, shared
-        self.dropout = nn.Dropout(cfg.p_drop)  # §5.4 on embedding + position sums
+        self.dropout = Dropout(cfg.p_drop)  # §5.4 on embedding + position sums
 
         # §3.1 the two stacks of N identical layers.
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.N))
