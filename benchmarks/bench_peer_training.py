@@ -14,9 +14,9 @@ Model and training (both): our ``tiny`` preset with the demo's pre-LN flag (d_mo
 layers, 4 heads, d_ff 1024, dropout 0.1, shared embeddings and pre-softmax projection), label
 smoothing 0.1, Adam (0.9, 0.98), the §5.3 inverse-sqrt schedule (``--warmup``, ``--lr-scale``),
 ``--max-tokens`` tokens per batch counting padding, one update per batch, ``--precision``
-(fp32, or bf16 autocast with fp32 weights on both sides: ours ``bf16-mixed`` with batch widths
-as they come, ``pad_multiple`` 1, its faster setting on an AMX CPU; eole ``compute_dtype: bf16``
-with its default ``use_amp``, torch's CPU autocast), ``--threads``
+(fp32, or bf16 autocast with fp32 weights on both sides: ours ``bf16-mixed``, eole
+``compute_dtype: bf16`` with its default ``use_amp``, torch's CPU autocast), ours with batch
+widths rounded up to ``--pad-multiple`` (default 1: as they come), ``--threads``
 intra-op threads (OMP/MKL variables and torch.set_num_threads through them), one process, no
 data-loader workers. The peer's settings are ``benchmarks/peers/eole_tiny.yaml``.
 
@@ -146,6 +146,7 @@ def run_ours(args, paths: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         "lr_scale": args.lr_scale,
         "seed": 1,
         "precision": PRECISIONS[args.precision][0],
+        "pad_multiple": args.pad_multiple,
         "accelerator": "cpu",
         "devices": 1,
         "checkpoint_every_steps": args.steps,
@@ -294,6 +295,10 @@ def main() -> int:
     parser.add_argument("--log-every", type=int, default=25, help="log window in updates")
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--pad-multiple", type=int, default=1,
+        help="ours: batch widths rounded up to a multiple of this (train.pad_multiple; 1)",
+    )  # fmt: skip
     parser.add_argument(
         "--precision", choices=sorted(PRECISIONS), default="fp32",
         help="both sides: fp32, or bf16 autocast (fp32 weights)",

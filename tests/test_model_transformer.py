@@ -499,19 +499,14 @@ def test_decode_step_into_a_reused_logits_buffer_equals_fresh_logits():
 
 
 @pytest.mark.parametrize("mask_kind", ["padding", "causal"])
-def test_cpu_bf16_attention_takes_the_math_kernel_with_the_flash_kernels_numbers(
-    mask_kind, monkeypatch
-):
-    """On a CPU in bf16 the attention product runs SDPA's math kernel (faster there); its output
-    and gradients equal those of the flash kernel (SDPA's own choice) within bf16 rounding."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
+def test_cpu_bf16_attention_is_the_explicit_product_with_sdpas_numbers(mask_kind, monkeypatch):
+    """On a CPU in bf16 eq. 1 runs as written (faster there than SDPA's kernels); its output
+    and gradients equal SDPA's within bf16 rounding, and its weights are those returned."""
     from transformer_nmt.model import attention
 
+    assert attention._explicit_product(torch.zeros(1).bfloat16())
+    assert not attention._explicit_product(torch.zeros(1))
     g = torch.Generator().manual_seed(5)
-    math_kernel = type(sdpa_kernel(SDPBackend.MATH))
-    assert isinstance(attention._sdpa_backend(torch.zeros(1).bfloat16()), math_kernel)
-    assert not isinstance(attention._sdpa_backend(torch.zeros(1)), math_kernel)
     mask = CAUSAL
     if mask_kind == "padding":
         mask = torch.ones(3, 1, 1, 9, dtype=torch.bool)
@@ -520,17 +515,20 @@ def test_cpu_bf16_attention_takes_the_math_kernel_with_the_flash_kernels_numbers
     mha = MultiHeadAttention(d_model=16, h=4, d_k=8, d_v=8).bfloat16()
     x = torch.randn(3, 9, 16, generator=g).bfloat16()
 
-    def attend() -> tuple[torch.Tensor, torch.Tensor]:
+    def attend() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         xq = x.clone().requires_grad_()
         q, k, v = mha.project_qkv(xq)
-        out, _ = mha.attend(xq, k, v, mask, q=q)
+        out, weights = mha.attend(xq, k, v, mask, need_weights=True, q=q)
         out.float().square().sum().backward()
-        return out.float(), xq.grad.float()
+        return out.float(), xq.grad.float(), weights.float()
 
-    out_math, grad_math = attend()
-    monkeypatch.setattr(
-        attention, "_sdpa_backend", lambda q: sdpa_kernel(SDPBackend.FLASH_ATTENTION)
-    )
-    out_flash, grad_flash = attend()
-    torch.testing.assert_close(out_math, out_flash, atol=2e-2, rtol=2e-2)
-    torch.testing.assert_close(grad_math, grad_flash, atol=5e-2, rtol=5e-2)
+    out_explicit, grad_explicit, weights_explicit = attend()
+    monkeypatch.setattr(attention, "_explicit_product", lambda q: False)
+    out_sdpa, grad_sdpa, weights_sdpa = attend()
+    torch.testing.assert_close(out_explicit, out_sdpa, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(grad_explicit, grad_sdpa, atol=5e-2, rtol=5e-2)
+    torch.testing.assert_close(weights_explicit, weights_sdpa, atol=0, rtol=0)
+    if mask_kind == "padding":
+        assert weights_explicit[1, :, 6:].abs().sum() == 0  # no weight on padding
+    else:
+        assert torch.equal(weights_explicit[0].triu(1), torch.zeros(9, 9))  # none on the future

@@ -14,7 +14,7 @@ initialised as its own matrix (``stacked_linear``), and weights saved in the for
 The projections have no bias terms, as in the paper's equations and tensor2tensor; ``bias=True``
 (the ``attention_bias`` model flag) adds them to all four. The product itself goes through
 ``torch.nn.functional.scaled_dot_product_attention`` so that GPUs use fused (flash /
-memory-efficient) kernels.
+memory-efficient) kernels; on a CPU in 16 bits it is computed as written (``_explicit_product``).
 
 Masks are boolean and broadcastable to ``[B, h, L_q, L_k]`` with True = "may attend" (the SDPA
 convention), None (attend everywhere), or ``CAUSAL``: position i attends to j <= i, passed to SDPA
@@ -23,13 +23,9 @@ as ``is_causal`` so that it can pick its fused kernels instead of reading a mask
 
 from __future__ import annotations
 
-import contextlib
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # The decoder's self-attention mask during training (§3.2.3): with right padding a real query
 # only ever reaches real keys j <= i, so no padding mask is needed on top.
@@ -37,15 +33,28 @@ CAUSAL = "causal"
 AttentionMask = torch.Tensor | str | None  # a boolean mask, CAUSAL, or None
 
 
-def _sdpa_backend(q: torch.Tensor) -> contextlib.AbstractContextManager:
-    """SDPA's own kernel choice, except on a CPU in bf16/fp16: there its fused (flash) kernel
-    took 2.3-8x the time of the plain matmul-softmax-matmul path for a forward and backward at
-    the lengths of sentences (28 tokens, h=8, d_k=64: 49 against 20 ms; 16 tokens, h=4, d_k=32:
-    17 against 1.9 ms; 2-core Xeon with AMX, benchmarks/RESULTS.md), while in fp32 it is the
-    faster one. The same numbers either way, up to rounding."""
-    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
-        return sdpa_kernel(SDPBackend.MATH)
-    return contextlib.nullcontext()
+def _explicit_product(q: torch.Tensor) -> bool:
+    """Whether eq. 1 runs as written (``attention_probs``, then a product with V) instead of
+    through SDPA: on a CPU in bf16/fp16. There SDPA's fused (flash) kernel took 2.3-8x the time
+    of its plain math kernel for a forward and backward at the lengths of sentences, and the
+    explicit product with its softmax in float32 took half the math kernel's (tiny's shape
+    [146, 4, 28, 64] with a padding mask: flash -, math 9.8, explicit 4.8 ms; causal: 26.3,
+    10.7, 5.3 ms; 2-core Xeon with AMX, benchmarks/RESULTS.md). In fp32, and on GPUs, SDPA's
+    own kernel choice is the faster one. The same numbers either way, up to rounding."""
+    return q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
+
+
+def attention_probs(q: torch.Tensor, k: torch.Tensor, attn_mask: AttentionMask) -> torch.Tensor:
+    """Eq. 1's weights softmax(Q K^T / sqrt(d_k)) of ``q`` [B, h, L_q, d_k] over ``k``
+    [B, h, L_k, d_k] under ``attn_mask``: [B, h, L_q, L_k] in q's dtype (the softmax itself in
+    float32 at least)."""
+    scores = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5  # [B, h, L_q, L_k]
+    if isinstance(attn_mask, str):  # CAUSAL: position i sees j <= i
+        attn_mask = torch.ones_like(scores[0, 0], dtype=torch.bool).tril()
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    softmax_dtype = torch.promote_types(scores.dtype, torch.float32)
+    return scores.softmax(dim=-1, dtype=softmax_dtype).to(scores.dtype)
 
 
 # The stacked layers and the separate matrices they replace (checkpoints written before).
@@ -147,23 +156,20 @@ class MultiHeadAttention(nn.Module):
         if q is None:
             q = self.project_q(x_q)  # [B, h, L_q, d_k]
         p = self.p_drop_attn if self.training else 0.0
-        causal = isinstance(attn_mask, str)  # CAUSAL
-        if causal:
-            attn_mask = None
-        with _sdpa_backend(q):
+        if _explicit_product(q):
+            probs = attention_probs(q, k, attn_mask)  # [B, h, L_q, L_k]
+            out = F.dropout(probs, p, self.training) @ v  # [B, h, L_q, d_v]
+        else:
+            causal = isinstance(attn_mask, str)  # CAUSAL: SDPA's fused causal kernels
+            probs = None
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=causal
+                q, k, v, attn_mask=None if causal else attn_mask, dropout_p=p, is_causal=causal
             )
         b, _, length, _ = out.shape
         out = out.transpose(1, 2).reshape(b, length, self.h * self.d_v)  # [B, L_q, h*d_v]
         weights = None
-        if need_weights:
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # [B, h, L_q, L_k]
-            if causal:
-                attn_mask = torch.ones_like(scores[0, 0], dtype=torch.bool).tril()
-            if attn_mask is not None:
-                scores = scores.masked_fill(~attn_mask, float("-inf"))
-            weights = scores.softmax(dim=-1)  # [B, h, L_q, L_k]
+        if need_weights:  # SDPA does not return them
+            weights = probs if probs is not None else attention_probs(q, k, attn_mask)
             if average_heads:
                 weights = weights.mean(dim=1)  # [B, L_q, L_k]
         return self.w_o(out), weights
