@@ -5,7 +5,7 @@ element on a 2-core Xeon: 14 % of a ``base`` bf16 training step (benchmarks/RESU
 Drawing 31-bit random integers with ``random_`` and keeping those at or above ``p * 2^31`` is
 the same Bernoulli(1 - p) mask at half the cost (``bernoulli_`` compares a float32 uniform
 with 24 random bits; this compares 31). Kept elements are scaled by 1 / (1 - p) as in
-``nn.Dropout``. On other devices, in eval mode, at p = 0 and in place, it is ``nn.Dropout``.
+``nn.Dropout``. On other devices, in eval mode, at p = 0 or 1 and in place, it is ``nn.Dropout``.
 """
 
 from __future__ import annotations
@@ -27,10 +27,8 @@ def bernoulli_keep_mask(shape: torch.Size, p: float, device: torch.device) -> to
 
 class Dropout(nn.Dropout):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0.0 or x.device.type != "cpu" or self.inplace:
+        if not self.training or self.p in (0.0, 1.0) or x.device.type != "cpu" or self.inplace:
             return F.dropout(x, self.p, self.training, self.inplace)
-        if self.p == 1.0:
-            return x * 0.0
         # the kept elements' scale folded into the mask: [*x.shape] in x's dtype, 0 or 1/(1-p);
         # autograd saves it (not x) for the backward pass, grad * mask
         mask = bernoulli_keep_mask(x.shape, self.p, x.device).to(x.dtype).mul_(1 / (1 - self.p))
