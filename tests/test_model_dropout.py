@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from transformer_nmt.model.dropout import Dropout
+from transformer_nmt.model.dropout import Dropout, bernoulli_keep_mask, rounded_p
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
@@ -17,11 +17,34 @@ def test_keeps_each_element_with_probability_one_minus_p_and_scales_it(p):
     out = Dropout(p).train()(x)
     kept = out != 0
     n = kept.numel()
-    # within 5 standard deviations of 1 - p (a 24-bit or a [0, 2^24) draw would miss by far)
+    # within 5 standard deviations of 1 - p
     assert abs(kept.double().mean().item() - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5
-    torch.testing.assert_close(out[kept], x.detach()[kept] / (1 - p), rtol=1e-6, atol=0)
-    out.sum().backward()  # d out / d x: 1/(1-p) where kept, 0 where dropped
-    torch.testing.assert_close(x.grad, kept.double() / (1 - p), rtol=1e-6, atol=0)
+    # the realised p is p to 2^-16, and the scale is its own: E[out] = x exactly
+    assert abs(rounded_p(p) - p) <= 2**-17
+    scale = 1 / (1 - rounded_p(p))
+    torch.testing.assert_close(out[kept], x.detach()[kept] * scale, rtol=1e-12, atol=0)
+    out.sum().backward()  # d out / d x: the scale where kept, 0 where dropped
+    torch.testing.assert_close(x.grad, kept.double() * scale, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_each_16_bit_lane_of_a_64_bit_draw_is_uniform(p):
+    # Four mask elements come from one int64 draw. If the draw had random_'s default 63 bits,
+    # the fourth lane's top bit would always be 0 and that lane would (almost) never drop.
+    torch.manual_seed(1)
+    n = 4 * 250_000
+    mask = bernoulli_keep_mask(torch.Size([n]), p, torch.device("cpu"))
+    tolerance = 5 * (p * (1 - p) / (n / 4)) ** 0.5
+    for lane in mask.view(-1, 4).unbind(1):
+        assert abs(lane.double().mean().item() - (1 - p)) < tolerance
+    # neighbours (same draw or the next) agree as often as independent draws would
+    agree = (mask[:-1] == mask[1:]).double().mean().item()
+    assert abs(agree - (p * p + (1 - p) ** 2)) < 5 * (0.25 / n) ** 0.5
+
+
+@pytest.mark.parametrize("shape", [(1,), (3, 5), (2, 7, 3)])
+def test_the_mask_has_the_shape_asked_for_whatever_its_size_modulo_4(shape):
+    assert bernoulli_keep_mask(torch.Size(shape), 0.2, torch.device("cpu")).shape == shape
 
 
 def test_the_mask_follows_the_seed_and_the_dtype():

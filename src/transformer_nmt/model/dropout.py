@@ -1,11 +1,14 @@
 """§5.4 residual dropout: ``nn.Dropout`` with a faster way to draw its mask on a CPU.
 
-On a CPU, ``torch.nn.functional.dropout`` draws its mask with ``bernoulli_``, about 5 ns per
-element on a 2-core Xeon: 14 % of a ``base`` bf16 training step (benchmarks/RESULTS.md).
-Drawing 31-bit random integers with ``random_`` and keeping those at or above ``p * 2^31`` is
-the same Bernoulli(1 - p) mask at half the cost (``bernoulli_`` compares a float32 uniform
-with 24 random bits; this compares 31). Kept elements are scaled by 1 / (1 - p) as in
-``nn.Dropout``. On other devices, in eval mode, at p = 0 or 1 and in place, it is ``nn.Dropout``.
+On a CPU, ``torch.nn.functional.dropout`` draws its mask with ``bernoulli_``, one float per
+element, about 5 ns each on a 2-core Xeon: 14 % of a ``base`` bf16 training step
+(benchmarks/RESULTS.md). Here each 64-bit draw of ``random_`` over the whole int64 range (64
+uniform bits, ~3 ns) is read as four 16-bit integers, and an element is kept when its integer is
+at or above ``p * 2^16`` (counted from the lowest int16): the same Bernoulli mask at a quarter
+of the draws, with p rounded to a multiple of 2^-16 (0.1 -> 0.1000061). Kept elements are
+scaled by 1 / (1 - p) of that rounded p, so the expectation of each output is its input exactly,
+as in ``nn.Dropout``. On other devices, in eval mode, at p = 0 or 1 and in place, it is
+``nn.Dropout``.
 """
 
 from __future__ import annotations
@@ -14,15 +17,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# ``random_`` on an int32 tensor draws uniformly from [0, 2^31 - 1]
-_RANDOM_LEVELS = 2**31
+# each element's draw: a uniform int16, one of 2^16 levels from -2^15 up
+_LEVELS = 2**16
+_LOWEST = -(2**15)
+_LANES = 4  # int16 lanes per int64 draw
+
+
+def rounded_p(p: float) -> float:
+    """The drop probability the mask realises: ``p`` rounded to a multiple of 2^-16."""
+    return round(p * _LEVELS) / _LEVELS
 
 
 def bernoulli_keep_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Tensor:
-    """A boolean mask of ``shape``, each element True (kept) with probability 1 - ``p``, drawn
-    from the default generator of ``device`` (so ``torch.manual_seed`` reproduces it)."""
-    draws = torch.empty(shape, dtype=torch.int32, device=device).random_()
-    return draws >= round(p * _RANDOM_LEVELS)
+    """A boolean mask of ``shape``, each element True (kept) with probability 1 - ``rounded_p(p)``,
+    drawn from the default generator of ``device`` (so ``torch.manual_seed`` reproduces it)."""
+    n = shape.numel()
+    # [ceil(n / 4)] int64 of 64 random bits each (random_'s default range has 63) ...
+    draws = torch.empty(-(-n // _LANES), dtype=torch.int64, device=device)
+    draws.random_(-(2**63), None)
+    # ... read as [4 * ceil(n / 4)] uniform int16, of which the first n make the mask
+    levels = draws.view(torch.int16)[:n].view(shape)
+    return levels >= _LOWEST + round(p * _LEVELS)
 
 
 class Dropout(nn.Dropout):
@@ -31,5 +46,6 @@ class Dropout(nn.Dropout):
             return F.dropout(x, self.p, self.training, self.inplace)
         # the kept elements' scale folded into the mask: [*x.shape] in x's dtype, 0 or 1/(1-p);
         # autograd saves it (not x) for the backward pass, grad * mask
-        mask = bernoulli_keep_mask(x.shape, self.p, x.device).to(x.dtype).mul_(1 / (1 - self.p))
+        scale = 1 / (1 - rounded_p(self.p))
+        mask = bernoulli_keep_mask(x.shape, self.p, x.device).to(x.dtype).mul_(scale)
         return x * mask
