@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         pad_multiple_choice,
         precision_choice,
     )
+    from transformer_nmt.training.cpu_memory import keep_freed_memory
     from transformer_nmt.training.run import (
         SUMMARY_FILE,
         RunData,
@@ -129,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
         train_run,
     )
 
+    memory = keep_freed_memory()  # before the data and the model allocate
     where, model_spec, train_keys = experiment_settings(args)
     try:
         model_cfg = model_config_from_spec(model_spec)
@@ -152,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     lock = run_dir_lock(args.run_dir) if rank_zero else contextlib.nullcontext()
     attempt = attempt_log(args.run_dir) if rank_zero else contextlib.nullcontext()
     with lock, attempt:
+        log.info("memory: %s", memory)
         sized_cfg = size_batches(model_cfg, train_cfg, vocab)  # max_tokens: auto
         start = plan_start(args.run_dir, model_cfg, sized_cfg, vocab)
         # The batch geometry may change within a run (a resume after an out-of-memory error, on
