@@ -30,6 +30,7 @@ import os
 import platform
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,6 +42,9 @@ from transformer_nmt.inference.ct2 import Ct2Translator, export_ct2, import_ctra
 from transformer_nmt.inference.translator import Translator
 from transformer_nmt.io_utils import read_lines, write_json
 from transformer_nmt.runs.checkpoints import save_model_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_training import allocator_as_in_the_stages  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out" / "ct2_decoding.json"
 
@@ -96,6 +100,7 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
+    print(f"memory: {allocator_as_in_the_stages()}")
     quantize = None if args.quantize == "none" else args.quantize
     if args.model is not None and (args.spm_model is None or args.source is None):
         parser.error("--model needs --spm-model and --source")

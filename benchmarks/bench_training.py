@@ -50,6 +50,19 @@ from transformer_nmt.training.objective import (
 )
 
 OUT = Path(__file__).resolve().parent / "out" / "training.json"
+
+
+def allocator_as_in_the_stages() -> str:
+    """The process's allocator set as the train and translate stages set theirs
+    (``cpu_memory.keep_freed_memory``), so a benchmark of their code measures what they run;
+    a source tree from before that module (``bench_ab.py``'s side A) keeps the default."""
+    try:
+        from transformer_nmt.cpu_memory import keep_freed_memory
+    except ImportError:
+        return "the default allocator (a source tree without cpu_memory)"
+    return keep_freed_memory()
+
+
 # preset -> (vocabulary size, sentence length L per side)
 SHAPES = {"tiny": (8000, 16), "base": (37000, 28), "big": (37000, 28)}
 PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
@@ -207,6 +220,7 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
+    print(f"memory: {allocator_as_in_the_stages()}")
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)

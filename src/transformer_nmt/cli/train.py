@@ -111,6 +111,7 @@ def experiment_settings(args: argparse.Namespace) -> tuple[str, dict[str, Any], 
 def run(args: argparse.Namespace) -> int:
     from lightning.pytorch.utilities import rank_zero_only
 
+    from transformer_nmt.cpu_memory import keep_freed_memory
     from transformer_nmt.data.vocab import load_vocab_info
     from transformer_nmt.model.config import model_config_from_spec
     from transformer_nmt.training.config import (
@@ -120,7 +121,6 @@ def run(args: argparse.Namespace) -> int:
         pad_multiple_choice,
         precision_choice,
     )
-    from transformer_nmt.training.cpu_memory import keep_freed_memory
     from transformer_nmt.training.run import (
         SUMMARY_FILE,
         RunData,

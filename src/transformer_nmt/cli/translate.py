@@ -153,9 +153,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from transformer_nmt.cpu_memory import keep_freed_memory
     from transformer_nmt.inference.factory import open_translator
     from transformer_nmt.progress import Progress
 
+    memory = keep_freed_memory()
     settings = search_settings(args)
     if args.stdin_batch < 1:
         raise ConfigError(f"--stdin-batch must be >= 1, got {args.stdin_batch}")
@@ -186,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
         translator = open_translator(
             args.engine, args.model, args.spm_model, settings, args.device, args.quantize
         )
+        log.info("memory: %s", memory)
         log.info(
             "translating %s on %s (beam %d, alpha %g, max len +%d)",
             f"{len(lines)} sentences" if lines is not None else "stdin as it arrives",

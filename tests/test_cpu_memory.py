@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from transformer_nmt.training import cpu_memory
+from transformer_nmt import cpu_memory
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 
@@ -20,7 +20,7 @@ glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's ma
 PROBE = textwrap.dedent(
     """
     import ctypes, sys
-    from transformer_nmt.training import cpu_memory
+    from transformer_nmt import cpu_memory
     if sys.argv[1] == "keep":
         print(cpu_memory.keep_freed_memory(), file=sys.stderr)
     libc = ctypes.CDLL(None)
