@@ -7,10 +7,11 @@ hundreds of times, so without more, every step faults in pages it has just given
 kernel zero-fills each one. Here the mmap threshold goes to glibc's 64-bit ceiling (32 MiB), the
 heap is never trimmed, and it grows 256 MiB at a time (M_TOP_PAD): freed tensors' memory is
 reused in place. The demo's training (fp32, 200 steps) took 41.3 s against 46.1 s, `tiny` in
-bf16 76 s against 80 s, for 2.5 % more peak RSS (benchmarks/RESULTS.md, 2026-11-25 night; the
-top pad alone was slower, the thresholds alone gained about 2 %); beam-4 decoding of test_2016
-with the demo's model, ~1.06x at 1 thread and ~1.05x at 2. A user's own MALLOC_*
-settings or a preloaded allocator (jemalloc, tcmalloc) are left alone.
+bf16 76 s against 80 s, for 2.5 % more peak RSS; beam-4 decoding of test_2016 with the demo's
+model ran 1.035x (1 thread) and 1.10x (2 threads) in float, 1.005x and 1.04x in int8
+(benchmarks/RESULTS.md, 2026-11-25 night). Only the three together pay: the top pad alone was
+slower, the thresholds alone changed nothing. A user's own MALLOC_* settings or a preloaded
+allocator (jemalloc, tcmalloc) are left alone.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP
 
 
 def keep_freed_memory() -> str:
-    """Raise glibc's mmap and trim thresholds for this process; returns what was done (a
-    phrase for the log). Call it before the large allocations start."""
+    """Raise glibc's mmap threshold, trim threshold and top pad for this process; returns what
+    was done (a phrase for the log). Call it before the large allocations start."""
     if not sys.platform.startswith("linux"):
         return "the system allocator as it is (not Linux)"
     if any(name in os.environ for name in USER_SETTINGS):
@@ -48,4 +49,4 @@ def keep_freed_memory() -> str:
     )  # fmt: skip
     if all(mallopt(param, value) for param, value in settings):
         return f"glibc malloc reuses freed blocks up to {MMAP_THRESHOLD >> 20} MiB (mallopt)"
-    return "the C library's allocator as it is (mallopt refused)"
+    return "the C library's allocator, mallopt having refused a setting"
