@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from transformer_nmt.model.dropout import Dropout, bernoulli_keep_mask, rounded_p
+from transformer_nmt.model.dropout import Dropout, bernoulli_keep_mask, kept_levels, rounded_p
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
@@ -19,12 +19,36 @@ def test_keeps_each_element_with_probability_one_minus_p_and_scales_it(p):
     n = kept.numel()
     # within 5 standard deviations of 1 - p
     assert abs(kept.double().mean().item() - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5
-    # the realised p is p to 2^-16, and the scale is its own: E[out] = x exactly
-    assert abs(rounded_p(p) - p) <= 2**-17
+    # the scale is that of the realised p (p to 2^-16): E[out] = x exactly
     scale = 1 / (1 - rounded_p(p))
     torch.testing.assert_close(out[kept], x.detach()[kept] * scale, rtol=1e-12, atol=0)
     out.sum().backward()  # d out / d x: the scale where kept, 0 where dropped
     torch.testing.assert_close(x.grad, kept.double() * scale, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("p", [2**-16, 0.1, 0.3, 0.5, 1 - 2**-16])
+def test_the_mask_keeps_exactly_one_minus_the_realised_p_of_the_levels(p):
+    """Each element's uniform int16 is one of 2^16 levels: exactly 2^16 * (1 - rounded_p(p))
+    of them, the highest, keep it, so P(kept) = 1 - rounded_p(p) with no sampling error."""
+    levels = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)  # all 2^16
+    kept = kept_levels(levels, p)
+    assert int(kept.sum()) == round((1 - rounded_p(p)) * 2**16)
+    assert torch.equal(kept, kept.sort().values)  # the kept levels are the highest ones
+    # rounded_p is p to the nearest multiple of 2^-16
+    assert rounded_p(p) * 2**16 == round(p * 2**16)
+    assert rounded_p(0.1) == 6554 / 2**16
+
+
+@pytest.mark.parametrize("p", [2**-18, 1 - 2**-18])
+def test_a_p_that_rounds_to_0_or_1_is_nn_dropouts(p):
+    """Where p rounds to 0 or 1 the mask's scale would be 1 or 1 / 0: nn.Dropout's own path
+    keeps elements with probability 1 - p exactly, scaled by 1 / (1 - p), and stays finite."""
+    torch.manual_seed(0)
+    x = torch.ones(1000, 1000, dtype=torch.float64)
+    out = Dropout(p).train()(x)
+    torch.manual_seed(0)
+    assert torch.equal(out, torch.nn.functional.dropout(x, p, training=True))
+    assert torch.isfinite(out).all()
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5])
