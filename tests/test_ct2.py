@@ -177,24 +177,61 @@ def test_greedy_search_gives_identical_translations(trained) -> None:
     assert ours[-2] == ""  # empty lines stay empty, in input order
 
 
-def test_beam_search_agrees_on_most_sentences_and_on_bleu(trained) -> None:
-    """Beam 4, α = 0.6: the length penalties differ (|Y|^α against GNMT's ((5 + |Y|) / 6)^α),
-    so a few sentences may differ; most must not, nor the corpus BLEU."""
-    import sacrebleu
+def _model_log_prob(
+    model: Transformer, src: list[int], tgt: list[int], renormalised: bool
+) -> float:
+    """log P(tgt EOS | src EOS) under ``model`` in float64 arithmetic on its float32 logits;
+    ``renormalised``: with PAD and BOS taken out of every softmax, as CTranslate2 suppresses
+    them (our search masks them after the softmax, keeping the model's normalisation)."""
+    with torch.no_grad():
+        logits = model(torch.tensor([[*src, EOS_ID]]), torch.tensor([[BOS_ID, *tgt]]))[0].double()
+    if renormalised:
+        logits[:, [PAD_ID, BOS_ID]] = float("-inf")
+    targets = torch.tensor([*tgt, EOS_ID])
+    return logits.log_softmax(-1)[torch.arange(len(targets)), targets].sum().item()
 
-    pairs = _pairs(60, seed=1)
-    lines, refs = [s for s, _ in pairs], [t for _, t in pairs]
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_search_scores_each_hypothesis_as_the_model_does(trained, alpha) -> None:
+    """What is exactly comparable between the engines: the score each reports for its own
+    n-best hypotheses is the exported model's log-probability of that hypothesis under its
+    objective, to float32 precision: ours log P(Y | X) / ((5 + |Y|) / 6)^α (GNMT, §6.1),
+    CTranslate2's log P'(Y | X) / |Y|^α with PAD and BOS outside its softmax; |Y| counts EOS."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(trained["spm"]))
+    lines = [src for src, _ in _pairs(30, seed=4)]
+    settings = SearchSettings(beam=4, alpha=alpha, nbest=4)
+    ours = Translator(trained["model"], trained["spm"], settings)
+    theirs = open_translator("ctranslate2", trained["ct2"], trained["spm"], settings)
+    engines = (
+        (ours, lambda n: ((5 + n) / 6) ** alpha, False),
+        (theirs, lambda n: n**alpha, True),
+    )
+    for engine, penalty, renormalised in engines:
+        nbests = engine.search([engine.encode(line) for line in lines])
+        for line, nbest in zip(lines, nbests, strict=True):
+            assert len(nbest) == 4
+            assert [h.score for h in nbest] == sorted((h.score for h in nbest), reverse=True)
+            for hyp in nbest:
+                log_prob = _model_log_prob(ours.model, sp.encode(line), hyp.tokens, renormalised)
+                expected = log_prob / penalty(len(hyp.tokens) + 1)
+                assert hyp.score == pytest.approx(expected, abs=1e-4), (type(engine), line)
+
+
+def test_beam_search_picks_the_same_translation_for_most_sentences(trained) -> None:
+    """Beam 4, α = 0.6. The searches differ by design (the length penalties above, and a
+    sentence's search ends here once K hypotheses finished, as in fairseq, where CTranslate2
+    keeps K live ones), so some sentences differ: 10 of these 200 on a 2-core EPYC with
+    AVX512-BF16. Rounding only moves near-ties, so the bound leaves as many again."""
+    lines = [s for s, _ in _pairs(200, seed=1)]
     settings = SearchSettings(beam=4, alpha=0.6)
     ours = _translations(Translator(trained["model"], trained["spm"], settings), lines)
     theirs = _translations(
         open_translator("ctranslate2", trained["ct2"], trained["spm"], settings), lines
     )
-    same = sum(a == b for a, b in zip(ours, theirs, strict=True)) / len(lines)
-    bleu_ours = sacrebleu.corpus_bleu(ours, [refs]).score
-    bleu_theirs = sacrebleu.corpus_bleu(theirs, [refs]).score
-    assert same >= 0.9, f"only {same:.0%} identical translations"
-    assert abs(bleu_ours - bleu_theirs) <= 0.5, (bleu_ours, bleu_theirs)
-    assert 10 < bleu_ours < 95  # a partly trained model: the test is not trivial
+    differ = sum(a != b for a, b in zip(ours, theirs, strict=True))
+    assert differ <= 20, f"{differ} of {len(lines)} translations differ"
 
 
 def test_cli_exports_and_translates_with_either_engine(trained, tmp_path, capsys) -> None:
