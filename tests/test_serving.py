@@ -96,9 +96,14 @@ def test_mlflow_models_serve_answers_translation_requests(registered: dict) -> N
     mlflow_cli = shutil.which("mlflow", path=str(Path(sys.executable).parent))
     if mlflow_cli is None:
         pytest.skip("the mlflow command is not installed beside this Python")
+    # the scoring server's own dependencies (an optional part of mlflow): skip only without them
+    for module in ("fastapi", "uvicorn"):
+        pytest.importorskip(module, reason=f"mlflow models serve needs {module}, not installed")
     port = _free_port()
+    # the server runs `uvicorn` by name: this Python's scripts first, as in an activated venv
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "MLFLOW_TRACKING_URI": registered["uri"], "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join(sys.path)}  # fmt: skip
+           "PYTHONPATH": os.pathsep.join(sys.path), "PATH": path}  # fmt: skip
     log = registered["root"] / "serve.log"
     cmd = [mlflow_cli, "models", "serve", "-m", "models:/tiny/1", "--env-manager", "local",
            "-h", "127.0.0.1", "-p", str(port)]  # fmt: skip
@@ -107,8 +112,8 @@ def test_mlflow_models_serve_answers_translation_requests(registered: dict) -> N
     try:
         deadline = time.monotonic() + 120
         while True:
-            if server.poll() is not None:
-                pytest.skip(f"mlflow models serve exited ({server.returncode}): {log.read_text()}")
+            if server.poll() is not None:  # its dependencies are here: a crash is a failure
+                pytest.fail(f"mlflow models serve exited ({server.returncode}): {log.read_text()}")
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
                 break
