@@ -523,11 +523,28 @@ def test_cpu_bf16_attention_is_the_explicit_product_with_sdpas_numbers(mask_kind
         return out.float(), xq.grad.float(), weights.float()
 
     out_explicit, grad_explicit, weights_explicit = attend()
+    # the weights are, per head, the ones the explicit product multiplied V by: out = w_o(P V)
+    with torch.no_grad():
+        q, k, v = mha.project_qkv(x)
+        out, per_head = mha.attend(x, k, v, mask, need_weights=True, average_heads=False, q=q)
+        assert per_head.shape == (3, 4, 9, 9)
+        heads = (per_head @ v).transpose(1, 2).reshape(3, 9, 4 * 8)  # [B, L, h*d_v]
+        assert torch.equal(mha.w_o(heads), out)
     monkeypatch.setattr(attention, "_explicit_product", lambda q: False)
-    out_sdpa, grad_sdpa, weights_sdpa = attend()
+    out_sdpa, grad_sdpa, _ = attend()
     torch.testing.assert_close(out_explicit, out_sdpa, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(grad_explicit, grad_sdpa, atol=5e-2, rtol=5e-2)
-    torch.testing.assert_close(weights_explicit, weights_sdpa, atol=0, rtol=0)
+    # The weights returned are eq. 1's softmax(Q K^T / sqrt(d_k)) under the mask, against a
+    # float64 computation from the same bf16 Q and K
+    with torch.no_grad():
+        q, k, _ = (t.double() for t in mha.project_qkv(x))
+        scores = q @ k.transpose(-2, -1) / 8**0.5  # [B, h, L, L]
+        allowed = torch.ones(9, 9, dtype=torch.bool).tril() if mask_kind == "causal" else mask
+        reference = scores.masked_fill(~allowed, float("-inf")).softmax(-1).mean(1)  # [B, L, L]
+    # bf16 rounds the scores (|s| < 2 here: <= 2^-8 absolute, moving a weight w <= 1 by < 2 *
+    # 2^-8 * w) and then each weight (<= 2^-9 w): together < 0.01 (seen: 8e-4, 1.3e-3)
+    assert scores.abs().max() < 2
+    torch.testing.assert_close(weights_explicit.double(), reference, atol=1e-2, rtol=0)
     if mask_kind == "padding":
         assert weights_explicit[1, :, 6:].abs().sum() == 0  # no weight on padding
     else:
