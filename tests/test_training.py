@@ -338,7 +338,7 @@ def test_resume_continues_step_lr_data_and_weights(
     assert trace_b == trace_a
     # Same final weights (dropout is reseeded per step, so it matches too).
     for key, value in a["state_dict"].items():
-        torch.testing.assert_close(b["state_dict"][key], value, rtol=1e-5, atol=1e-6)
+        assert torch.equal(b["state_dict"][key], value), key  # bit for bit, on one machine
 
     # A re-run with a changed logging interval (not a learning setting) only rewrites the
     # summary; it never trains or saves again.
