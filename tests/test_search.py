@@ -240,7 +240,7 @@ def test_best_early_stop_decodes_less_and_never_finds_a_better_hypothesis():
 
 @pytest.mark.parametrize("block", [16, 128])
 @pytest.mark.parametrize("vocab", [7, 100, 1000, 1024])
-@pytest.mark.parametrize("k", [1, 8])
+@pytest.mark.parametrize("k", [1, 7])  # the search asks for min(2K, V) <= V
 def test_row_topk_returns_torch_topk_values(block, vocab, k, monkeypatch):
     from transformer_nmt.search import _stepper
 
@@ -250,8 +250,6 @@ def test_row_topk_returns_torch_topk_values(block, vocab, k, monkeypatch):
     scores[1] = float("-inf")  # a row whose only finite entry is one token (at max length)
     scores[1, vocab - 1] = 0.0
     scores[2, :] = 3.0  # a row of ties
-    if vocab < k:
-        return
     values, columns = _stepper.row_topk(scores, k)
     expected = scores.topk(k, dim=1).values
     assert torch.equal(values, expected)

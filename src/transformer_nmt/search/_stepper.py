@@ -123,9 +123,15 @@ ROW_TOPK_BLOCK = 64  # columns per block of ``row_topk`` (32-512 measured: 64 wa
 
 def row_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` largest entries of each row of ``scores`` [N, V] and their columns, largest
-    first: the values of ``torch.topk(scores, k, dim=1)`` (equal values may come in another
-    order). On a CPU, a max over blocks of ``ROW_TOPK_BLOCK`` columns and a top-k over the k best
-    blocks replace topk's selection over all V entries of every row (1.9x faster at V = 8,000,
+    first: the values of ``torch.topk(scores, k, dim=1)``. Ties have no rule: where equal values
+    straddle the k-th place, which of their columns come back is unspecified, here as in
+    ``torch.topk`` (whose order of equal values is not documented either: on a row of equal
+    values it returned columns 3, 4, 1, 0, 5, 2, 6 for k = 7, this function 704-710). So on an
+    exact tie of two candidates' log-probabilities, a CPU and a GPU beam (or two block sizes)
+    may keep different hypotheses; tests/test_search.py checks values, not tied columns.
+
+    On a CPU, a max over blocks of ``ROW_TOPK_BLOCK`` columns and a top-k over the k best blocks
+    replace topk's selection over all V entries of every row (1.9x faster at V = 8,000,
     2.7x at 37,000; one thread, benchmarks/RESULTS.md): a row's k largest entries lie in the
     blocks whose maxima are the row's k largest block maxima, since every entry elsewhere is at
     most its own block's maximum, which is at most the k-th of them.
