@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from transformer_nmt.cli import main
+from transformer_nmt.data.batch import training_batch
 from transformer_nmt.data.sampler import TokenBatchSampler
 from transformer_nmt.data.token_array import TokenArray, write_token_array
 from transformer_nmt.errors import ConfigError
@@ -114,6 +115,55 @@ def spawn_training(argv: list[str], log_file) -> subprocess.Popen:
 
 def read_trace(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _dev_bleu(checkpoint: Path, corpus: dict[str, Path], n: int, *, beam: bool) -> float:
+    """sacreBLEU of ``checkpoint``'s weights on the first ``n`` dev sentences of ``corpus``,
+    greedy or beam 4, α = 0.6 (§6.1), decoded to text by the SentencePiece model."""
+    import sacrebleu
+    import sentencepiece as spm
+
+    from transformer_nmt.data.batch import source_batch
+    from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
+    from transformer_nmt.runs.checkpoints import load_model_file
+    from transformer_nmt.search import beam_search, greedy_search
+
+    model, _ = load_model_file(checkpoint)
+    sp = spm.SentencePieceProcessor(model_file=str(corpus["spm"]))
+    src, tgt = TokenArray(corpus["bin"] / "valid.en"), TokenArray(corpus["bin"] / "valid.de")
+    batch = source_batch([src[i] for i in range(n)])
+    ids = {"bos_id": BOS_ID, "eos_id": EOS_ID, "pad_id": PAD_ID, "max_len_b": 50}
+    if beam:
+        out = [
+            nbest[0].tokens for nbest in beam_search(model, batch, beam_size=4, alpha=0.6, **ids)
+        ]
+    else:
+        out = greedy_search(model, batch, **ids)
+    hyps = [sp.decode(list(map(int, tokens))) for tokens in out]
+    refs = [sp.decode(tgt[i].astype(int).tolist()) for i in range(n)]
+    return sacrebleu.corpus_bleu(hyps, [refs]).score
+
+
+def _dev_loss(checkpoint: Path, corpus: dict[str, Path]) -> float:
+    """§5.4 label-smoothed loss per target token of ``checkpoint``'s weights on the whole dev
+    set of ``corpus``, in one batch."""
+    from transformer_nmt.data.batch import flatten
+    from transformer_nmt.data.vocab import PAD_ID
+    from transformer_nmt.runs.checkpoints import load_model_file
+    from transformer_nmt.training.objective import label_smoothed_cross_entropy
+
+    model, meta = load_model_file(checkpoint)
+    src, tgt = TokenArray(corpus["bin"] / "valid.en"), TokenArray(corpus["bin"] / "valid.de")
+    every = range(len(src))
+    batch = training_batch(
+        *flatten([src[i] for i in every]), *flatten([tgt[i] for i in every]), every
+    )
+    batch = {k: torch.from_numpy(v) for k, v in batch.items()}
+    with torch.no_grad():
+        logits = model(batch["src"], batch["tgt_in"])
+    eps = meta["model_config"]["eps_ls"]
+    out = label_smoothed_cross_entropy(logits, batch["tgt_out"], eps=eps, pad_id=PAD_ID)
+    return float(out.loss / out.ntokens)
 
 
 # --- TrainConfig -------------------------------------------------------------------------------
@@ -623,8 +673,13 @@ def test_time_based_checkpoints_keep_the_newest_and_validation_bleu(
     names = [p.name for p in list_checkpoints(run / "checkpoints")]
     assert names == ["step=00000003.ckpt", "step=00000004.ckpt"]
     metrics = json.loads((run / "train_summary.json").read_text())["metrics"]
-    assert 0.0 <= metrics["val/bleu"] <= 100.0
-    assert 0.0 <= metrics["val/bleu_beam"] <= 100.0  # beam search on the whole dev set
+    # the BLEUs of step 4 are those of the weights saved at step 4: greedy on the first 8 dev
+    # sentences, the §6.1 beam search on all 16, recomputed here from the checkpoint
+    step_4 = run / "checkpoints" / "step=00000004.ckpt"
+    assert metrics["val/bleu"] == pytest.approx(_dev_bleu(step_4, corpus, 8, beam=False), abs=1e-9)
+    assert metrics["val/bleu_beam"] == pytest.approx(
+        _dev_bleu(step_4, corpus, 16, beam=True), abs=1e-9
+    )
     assert metrics["val/ppl"] == pytest.approx(math.exp(metrics["val/nll"]))
     # metrics.csv: the BLEUs only in the rows of the validations that measured them
     from transformer_nmt.runs.metrics_history import METRICS_FILE, read_metrics
@@ -880,9 +935,13 @@ def test_two_process_ddp_disjoint_batches_and_single_checkpoints(
     assert list_checkpoints(run / "checkpoints") == [run / "checkpoints" / f for f in files]
     summary = json.loads((run / "train_summary.json").read_text())
     assert summary["world_size"] == 2 and summary["final_step"] == 6
-    # Validation sums are reduced over both ranks; BLEU is computed on rank 0 and broadcast.
-    assert math.isfinite(summary["metrics"]["val/loss"])
-    assert 0.0 <= summary["metrics"]["val/bleu"] <= 100.0
+    # Validation sums are reduced over both ranks: the loss is the whole dev set's, each
+    # sentence once, as one process computes it from step 6's weights; BLEU is computed on
+    # rank 0 and broadcast.
+    step_6 = run / "checkpoints" / "step=00000006.ckpt"
+    metrics = summary["metrics"]
+    assert metrics["val/loss"] == pytest.approx(_dev_loss(step_6, corpus), rel=1e-5)
+    assert metrics["val/bleu"] == pytest.approx(_dev_bleu(step_6, corpus, 4, beam=False), abs=1e-9)
 
 
 @pytest.mark.gpu
