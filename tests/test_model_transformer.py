@@ -498,6 +498,25 @@ def test_decode_step_into_a_reused_logits_buffer_equals_fresh_logits():
     assert torch.equal(first, kept)
 
 
+def test_the_logits_buffer_is_not_used_under_autocast_and_decoding_is_unchanged():
+    """Beam search on a GPU decodes under bf16 autocast, where the projection's dtype is
+    autocast's and not the buffer's: the same branch on a CPU's autocast takes the plain
+    projection, a new bf16 tensor per step equal to the no-buffer state's."""
+    model = make_model().float().eval()  # (autocast leaves float64 alone)
+    src, _ = random_batch()
+    tgt = torch.randint(4, V, (3, 5), generator=torch.Generator().manual_seed(9))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        enc = model.encode(src)
+        fresh_state, reused_state = model.init_state(enc), model.init_state(enc)
+        reused_state.reuse_logits = True
+        for t in range(tgt.shape[1]):
+            expected, _ = model.decode_step(tgt[:, t], fresh_state)
+            logits, _ = model.decode_step(tgt[:, t], reused_state)
+            assert logits.dtype == expected.dtype == torch.bfloat16
+            assert torch.equal(logits, expected)
+    assert reused_state._logits is None  # never allocated
+
+
 @pytest.mark.parametrize("mask_kind", ["padding", "causal"])
 def test_cpu_bf16_attention_is_the_explicit_product_with_sdpas_numbers(mask_kind, monkeypatch):
     """On a CPU in bf16 eq. 1 runs as written (faster there than SDPA's kernels); its output
