@@ -222,3 +222,69 @@ def test_checkpoints_in_the_former_attention_layout_average_and_load(tmp_path: P
     model, _ = ck.load_model_file(out)
     for key, value in model.state_dict().items():
         torch.testing.assert_close(value, (states[0][key] + states[1][key]) / 2)
+
+
+def _full_checkpoint(path: Path, step: int, seed: int) -> dict:
+    """``lightning_like_checkpoint`` with a training state: Adam's two moments per weight."""
+    weights = lightning_like_checkpoint(path, step, seed)
+    payload = torch.load(path, weights_only=True)
+    state = {i: {"step": torch.tensor(float(step)), "exp_avg": v.clone(), "exp_avg_sq": v.square()}
+             for i, v in enumerate(weights.values())}  # fmt: skip
+    payload |= {
+        "optimizer_states": [{"state": state, "param_groups": [{"lr": 1e-3}]}],
+        "lr_schedulers": [{"last_epoch": step}],
+        "loops": {"fit_loop": {"epoch_progress": {}}},
+        "callbacks": {"StepCheckpoint": {}},
+        ck.LEARNING_KEY: {"fingerprint": "f"},
+    }
+    torch.save(payload, path)
+    return payload
+
+
+def test_a_demoted_checkpoint_keeps_the_weights_and_what_averaging_reads(tmp_path: Path) -> None:
+    full = _full_checkpoint(tmp_path / "full.ckpt", 5, seed=1)
+    demoted = tmp_path / ck.checkpoint_name(5)
+    demoted.write_bytes((tmp_path / "full.ckpt").read_bytes())
+    assert ck.demote_to_weights_only(demoted) is True
+    payload = ck.load_checkpoint(demoted)
+    assert ck.is_weights_only(payload) and not ck.is_weights_only(full)
+    kept = {"epoch", "global_step", "pytorch-lightning_version", "state_dict", "hparams_name",
+            "hyper_parameters", ck.LEARNING_KEY}  # fmt: skip
+    assert set(payload) == (kept & set(full)) | {ck.WEIGHTS_ONLY_KEY}
+    assert payload["state_dict"].keys() == full["state_dict"].keys()
+    assert all(torch.equal(payload["state_dict"][k], v) for k, v in full["state_dict"].items())
+    assert payload[ck.LEARNING_KEY] == full[ck.LEARNING_KEY]
+    # a third of the disk: the weights without Adam's two moments
+    assert demoted.stat().st_size < 0.4 * (tmp_path / "full.ckpt").stat().st_size
+    # averaging reads the same weights from either: a bit-identical average
+    for a, b in zip(
+        ck.average_checkpoints([tmp_path / "full.ckpt"] * 2).values(),
+        ck.average_checkpoints([demoted] * 2).values(),
+        strict=True,
+    ):
+        assert torch.equal(a, b)
+    # a second demotion writes nothing
+    mtime = demoted.stat().st_mtime_ns
+    assert ck.demote_to_weights_only(demoted) is False
+    assert demoted.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.parametrize(
+    "failure", [OSError(28, "No space left on device"), KeyboardInterrupt("killed")]
+)
+def test_a_demotion_cut_short_leaves_the_full_checkpoint(tmp_path, monkeypatch, failure) -> None:
+    """A full disk or a kill while the weights-only file is written: the full checkpoint stays
+    as it was, and no temporary file is left beside it."""
+    path = tmp_path / ck.checkpoint_name(5)
+    _full_checkpoint(path, 5, seed=1)
+    before = path.read_bytes()
+
+    def save_half(obj, f) -> None:
+        Path(f).write_bytes(b"PK\x03\x04 half a file")
+        raise failure
+
+    monkeypatch.setattr(ck.torch, "save", save_half)
+    with pytest.raises(type(failure)):
+        ck.demote_to_weights_only(path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]

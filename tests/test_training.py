@@ -20,7 +20,7 @@ from transformer_nmt.data.batch import training_batch
 from transformer_nmt.data.sampler import TokenBatchSampler
 from transformer_nmt.data.token_array import TokenArray, write_token_array
 from transformer_nmt.errors import ConfigError
-from transformer_nmt.runs.checkpoints import list_checkpoints, load_checkpoint
+from transformer_nmt.runs.checkpoints import is_weights_only, list_checkpoints, load_checkpoint
 from transformer_nmt.training.config import (
     STRATEGIES,
     TrainConfig,
@@ -402,23 +402,48 @@ def test_resume_continues_step_lr_data_and_weights(
     assert main(train_argv(corpus, split, max_steps=30)) == 2
 
 
+def test_only_the_newest_checkpoint_keeps_the_training_state(
+    corpus: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The older checkpoints kept for §6.1 averaging hold the weights only; a run whose newest
+    checkpoint is one of them (its full successor deleted by hand) is a clear error, not a
+    resume with a fresh optimizer."""
+    run = tmp_path / "run"
+    assert main(train_argv(corpus, run, max_steps=20)) == 0
+    found = list_checkpoints(run / "checkpoints")
+    assert [p.name for p in found] == [f"step={s:08d}.ckpt" for s in (10, 15, 20)]
+    payloads = [load_checkpoint(p) for p in found]
+    assert [is_weights_only(p) for p in payloads] == [True, True, False]
+    assert [("optimizer_states" in p) for p in payloads] == [False, False, True]
+    found[-1].unlink()
+    (run / "checkpoints" / "finished.json").unlink()
+    capsys.readouterr()
+    assert main(train_argv(corpus, run, max_steps=30)) == 2
+    err = capsys.readouterr().err
+    assert "step=00000015.ckpt: the newest checkpoint holds weights only" in err
+    assert len(err.strip().splitlines()) == 1
+    assert [p.name for p in list_checkpoints(run / "checkpoints")] == [p.name for p in found[:2]]
+
+
 def test_a_resume_with_more_steps_moves_the_lr_cooldown_to_the_new_end(
     corpus: dict[str, Path], tmp_path: Path
 ) -> None:
     """lr_cooldown_steps follows max_steps: a run cooled down towards step 20 and resumed with
     max_steps 30 trains at the §5.3 rate again and cools down towards 30 (the checkpoint's
     schedule said 20)."""
+    from transformer_nmt.runs.metrics_history import METRICS_FILE, read_metrics
+
     run = tmp_path / "run"
     assert main(train_argv(corpus, run, max_steps=20, lr_cooldown_steps=10)) == 0
-    ckpt = load_checkpoint(run / "checkpoints" / "step=00000015.ckpt")
-    # the lr stored with step 15's checkpoint is that of update 16: 5/10 of the §5.3 rate
-    lr = ckpt["optimizer_states"][0]["param_groups"][0]["lr"]
-    assert lr == pytest.approx(paper_lr(16, 32, warmup=10) * 0.5)
     assert main(train_argv(corpus, run, max_steps=30, lr_cooldown_steps=10)) == 0
-    for step, factor in ((25, 0.5), (30, 0.0)):
-        ckpt = load_checkpoint(run / "checkpoints" / f"step={step:08d}.ckpt")
-        lr = ckpt["optimizer_states"][0]["param_groups"][0]["lr"]
-        assert lr == pytest.approx(paper_lr(step + 1, 32, warmup=10) * factor)
+    # the lr of update u (logged every 5): the §5.3 rate times (end + 1 - u) / 10 over the last
+    # 10 updates before the end: 20 in the first job, 30 after the resume
+    logged = {r.step: r.values["lr"] for r in read_metrics(run / METRICS_FILE) if "lr" in r.values}
+    factors = {5: 1.0, 10: 1.0, 15: 0.6, 20: 0.1, 25: 0.6, 30: 0.1}
+    assert logged == pytest.approx({u: paper_lr(u, 32, warmup=10) * f for u, f in factors.items()})
+    # the newest checkpoint holds the schedule's state: update 31 would be at 0/10 of the rate
+    ckpt = load_checkpoint(run / "checkpoints" / "step=00000030.ckpt")
+    assert ckpt["optimizer_states"][0]["param_groups"][0]["lr"] == 0.0
     metrics = json.loads((run / "train_summary.json").read_text())["metrics"]
     assert math.isfinite(metrics["train/loss"])
 
@@ -611,7 +636,11 @@ def test_metrics_history_survives_a_resume_without_duplicate_steps(
     assert main(train_argv(corpus, whole, max_steps=20)) == 0
     assert main(train_argv(corpus, split, max_steps=10)) == 0
     first = read_metrics(split / METRICS_FILE)
-    (split / "checkpoints" / "step=00000010.ckpt").unlink()  # as if killed before saving it
+    # as if killed before saving step 10: step 5 still the newest, with its training state
+    assert main(train_argv(corpus, tmp_path / "to5", max_steps=5)) == 0
+    step_5 = tmp_path / "to5" / "checkpoints" / "step=00000005.ckpt"
+    step_5.replace(split / "checkpoints" / step_5.name)
+    (split / "checkpoints" / "step=00000010.ckpt").unlink()
     (split / "checkpoints" / "finished.json").unlink()
     with open(split / METRICS_FILE, "a") as handle:
         handle.write("11,3.5,2.")  # a row cut short by the kill
@@ -703,12 +732,22 @@ def test_corrupt_newest_checkpoint_is_named_and_not_skipped(
     assert main(train_argv(corpus, run, max_steps=15)) == 2
     err = capsys.readouterr().err
     assert "step=00000010.ckpt" in err and "cannot be read" in err
-    assert "delete it (or move it away) to resume from the previous checkpoint" in err
+    assert "delete it (or move it away) to resume from the previous one" in err
     assert err.rstrip().endswith("step=00000005.ckpt")
     assert [p.name for p in list_checkpoints(run / "checkpoints")] == [
         "step=00000005.ckpt",
         "step=00000010.ckpt",
     ]
+    # where the previous one was kept for averaging (weights only) it cannot resume either
+    other = tmp_path / "other"
+    assert main(train_argv(corpus, other, max_steps=10)) == 0
+    (other / "checkpoints" / "step=00000010.ckpt").write_bytes(b"PK\x03\x04 broken later")
+    capsys.readouterr()
+    assert main(train_argv(corpus, other, max_steps=20)) == 2
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith(
+        f"move {other / 'checkpoints'} aside to train this run from scratch"
+    )
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(
@@ -979,12 +1018,20 @@ def test_killed_job_resumes_from_its_newest_checkpoint(
     before = {p.name: p.stat().st_mtime_ns for p in list_checkpoints(ckpt_dir)}
     assert len(before) >= 2 and not (run / "train_summary.json").exists()
     newest = max(int(name[5:13]) for name in before)
+    resumed_from = f"step={newest:08d}.ckpt"
+    weights = load_checkpoint(ckpt_dir / resumed_from)["state_dict"]
 
     caplog.set_level(logging.INFO)
     assert main(train_argv(corpus, run, max_steps=newest + 10, keep_checkpoints=50)) == 0
     assert f"step={newest:08d}.ckpt at step {newest}" in caplog.text
     after = {p.name: p.stat().st_mtime_ns for p in list_checkpoints(ckpt_dir)}
-    assert {k: after[k] for k in before} == before  # nothing older rewritten
+    older = {k: v for k, v in before.items() if k != resumed_from}
+    assert {k: after[k] for k in older} == older  # nothing older rewritten
+    # the resumed-from checkpoint, full when killed, is now kept for averaging: same weights
+    kept = load_checkpoint(ckpt_dir / resumed_from)
+    assert is_weights_only(kept) and "optimizer_states" not in kept
+    assert kept["state_dict"].keys() == weights.keys()
+    assert all(torch.equal(kept["state_dict"][k], v) for k, v in weights.items())
     assert set(after) - set(before) == {
         f"step={newest + 5:08d}.ckpt",
         f"step={newest + 10:08d}.ckpt",

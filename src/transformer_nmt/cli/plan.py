@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -55,6 +56,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--estimate-only",
         action="store_true",
         help="never measure on a local GPU (the analytic estimate only: fast)",
+    )
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=Path("results"),
+        help="where the runs' checkpoints will be written (default: results/ here): its free "
+        "disk is checked against what the checkpoints need",
     )
     parser.add_argument(
         "--tokens-per-s",
@@ -175,7 +183,7 @@ def format_table(plans: list[Entry]) -> str:
     header = (
         "experiment", "model", "precision", "tokens/batch", "tokens/update (target)",
         "devices x accum", "worst batch", "peak/device", "usable/device", "fits",
-        "steps/h", "hours", "device-hours",
+        "steps/h", "hours", "device-hours", "disk (checkpoints)",
     )  # fmt: skip
     rows = []
     for entry in plans:
@@ -196,6 +204,7 @@ def format_table(plans: list[Entry]) -> str:
             _number(plan.steps_per_hour),
             _number(plan.hours, 1),
             _number(plan.device_hours, 1),
+            f"{plan.disk_bytes / pf.GIB:.1f} GiB",
         ))  # fmt: skip
     widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
 
@@ -210,6 +219,9 @@ def format_table(plans: list[Entry]) -> str:
         "worst batch = rows x width (BOS/EOS included) of the allowed shape with the largest peak;"
         " 'estimated' = training/preflight.py's analytic count, 'measured' = a local CUDA step",
         f"usable = {pf.USABLE_FRACTION:.0%} of a device's memory",
+        "disk = the checkpoints at their most: keep_checkpoints - 1 older ones with the fp32 "
+        "weights only (kept for averaging) and, while one is written, two full ones (weights "
+        f"and Adam's {pf.ADAM_MOMENTS} moments)",
     ]
     if any(entry.plan.max_tokens_auto for entry in plans):
         notes.append(
@@ -244,10 +256,31 @@ def format_table(plans: list[Entry]) -> str:
     return "\n".join([*out, "", *(f"- {n}" for n in notes)])
 
 
+def free_disk_bytes(path: Path) -> tuple[Path, int]:
+    """The free bytes of the filesystem ``path`` will be on (its nearest existing ancestor's)."""
+    where = path.absolute()
+    while not where.exists():
+        where = where.parent
+    return where, shutil.disk_usage(where).free
+
+
 def run(args: argparse.Namespace) -> int:
     plans = plan_config(args)
     print(format_table(plans))
     for e in plans:
         if not e.plan.fits:
             raise ConfigError(pf.refusal(e.plan, e.key, e.model_cfg, e.train_cfg, e.vocab_size))
+    where, free = free_disk_bytes(args.results_dir)
+    need = sum(e.plan.disk_bytes for e in plans)
+    print(f"\ncheckpoints: up to {need / pf.GIB:.1f} GiB; {args.results_dir}: {free / pf.GIB:.1f} "
+          f"GiB free (on {where})")  # fmt: skip
+    if need > free:
+        largest = max(plans, key=lambda e: e.plan.disk_bytes)
+        raise ConfigError(
+            f"{args.results_dir}: {free / pf.GIB:.1f} GiB free, but the checkpoints of these "
+            f"runs need up to {need / pf.GIB:.1f} GiB ({largest.plan.name}: "
+            f"{largest.plan.disk_bytes / pf.GIB:.1f} GiB with keep_checkpoints "
+            f"{largest.plan.keep_checkpoints}): free space, write results/ to a larger disk "
+            f"(--results-dir), or lower train.keep_checkpoints"
+        )
     return 0

@@ -7,6 +7,10 @@ Two kinds of files (docs/interfaces.md):
   the Transformer as ``self.model``, so model weights are the ``state_dict`` entries under the
   ``model.`` prefix; ``hyper_parameters`` hold plain types only (``model_config``, ``vocab``,
   ...), so the files load with ``torch.load(..., weights_only=True)``.
+  Only the newest one keeps that state: when a run writes a new checkpoint, the older ones it
+  keeps for §6.1 averaging become weights-only (``demote_to_weights_only``: the optimizer's
+  moments, schedule, loops and callbacks removed, ``WEIGHTS_ONLY_KEY`` set), a third of the
+  disk of a full one with Adam.
 * Model files (``averaged.pt``): the unwrapped Transformer's weights, its config, the vocab
   identity, the step and the source checkpoints, in the ``transformer_nmt.model/1`` format.
 
@@ -41,6 +45,13 @@ LIGHTNING_FILENAME = "step={step:08d}"
 # settings of ``training.config.learning_settings``); a resume needs the same fingerprint.
 LEARNING_KEY = "transformer_nmt_learning"
 _STEP_RE = re.compile(r"^step=(\d+)\.ckpt$")
+# Set in a Lightning checkpoint that holds only what averaging and the resume checks read.
+WEIGHTS_ONLY_KEY = "transformer_nmt_weights_only"
+# What a weights-only checkpoint keeps: the weights, the step, the settings they came from.
+_WEIGHTS_ONLY_KEEPS = (
+    "epoch", "global_step", "pytorch-lightning_version", "state_dict", "hparams_name",
+    "hyper_parameters", LEARNING_KEY,
+)  # fmt: skip
 
 
 def checkpoint_name(step: int) -> str:
@@ -81,6 +92,29 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise CheckpointError(f"{path}: expected a dict, found {type(payload).__name__}")
     return payload
+
+
+def is_weights_only(payload: Mapping[str, Any]) -> bool:
+    """Whether a loaded Lightning checkpoint was demoted to weights only (it cannot resume)."""
+    return bool(payload.get(WEIGHTS_ONLY_KEY))
+
+
+def demote_to_weights_only(path: str | os.PathLike[str]) -> bool:
+    """Rewrite the Lightning checkpoint ``path`` without its training state (optimizer moments,
+    schedule, loops, callbacks), atomically: the file is whole, full or weights-only, whenever
+    the writer is killed. Returns False when it already was weights-only."""
+    path = Path(path)
+    try:  # memory-mapped: the optimizer's moments are never read in
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:
+        raise CheckpointError(f"{path}: cannot be read to drop its training state ({err})") from err
+    if is_weights_only(payload):
+        return False
+    slim = {key: payload[key] for key in _WEIGHTS_ONLY_KEEPS if key in payload}
+    slim[WEIGHTS_ONLY_KEY] = True
+    with atomic_path(path) as tmp:
+        torch.save(slim, tmp)
+    return True
 
 
 def _first_line(err: BaseException) -> str:

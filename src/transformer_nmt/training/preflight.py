@@ -402,6 +402,10 @@ def resolve_plan_precision(train_cfg: TrainConfig, target: Target) -> str:
     return "bf16-mixed" if bf16 else "16-mixed"
 
 
+CHECKPOINT_FLOAT_BYTES = 4  # checkpoints hold fp32 weights and optimizer moments
+ADAM_MOMENTS = 2  # exp_avg and exp_avg_sq, one of each per weight (§5.3 Adam)
+
+
 @dataclass(frozen=True)
 class Plan:
     """The plan of one experiment on one ``Target``."""
@@ -425,6 +429,23 @@ class Plan:
     # the preset, or "preset (d_model 128, d_ff 512)" for a model reshaped from it: the key of
     # its recorded throughput (a preset's speed is not a reshaped model's)
     model: str = ""
+    keep_checkpoints: int = 1
+
+    @property
+    def weights_bytes(self) -> int:
+        """A weights-only checkpoint: the fp32 weights (bf16-mixed keeps fp32 masters)."""
+        return self.params * CHECKPOINT_FLOAT_BYTES
+
+    @property
+    def full_checkpoint_bytes(self) -> int:
+        """The newest checkpoint: the weights and Adam's two moments, each fp32."""
+        return self.weights_bytes * (1 + ADAM_MOMENTS)
+
+    @property
+    def disk_bytes(self) -> int:
+        """The most disk the run's checkpoints take: keep - 1 older ones weights-only and, while
+        a new full one is written (training/callbacks/checkpoint.py), the previous full one."""
+        return self.weights_bytes * (self.keep_checkpoints - 1) + 2 * self.full_checkpoint_bytes
 
     @property
     def update_tokens(self) -> int:
@@ -521,6 +542,7 @@ def plan_experiment(
         max_steps=cfg.max_steps,
         max_tokens_auto=auto,
         model=model,
+        keep_checkpoints=cfg.keep_checkpoints,
     )
 
 

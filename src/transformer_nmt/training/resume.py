@@ -143,13 +143,19 @@ def start_point(
         payload = ckpt_lib.load_checkpoint(newest)
     except CheckpointError as err:
         # Never silently train again over the steps it held: say what to do instead.
-        previous = found[-2].name if len(found) > 1 else None
-        hint = (
-            f"delete it (or move it away) to resume from the previous checkpoint {previous}"
-            if previous
-            else "delete it (or move it away) to start this run from scratch"
-        )
+        previous = found[-2] if len(found) > 1 else None
+        if previous is not None and not _weights_only(previous):
+            hint = f"delete it (or move it away) to resume from the previous one {previous.name}"
+        else:  # the older ones kept for averaging hold no optimizer state
+            hint = f"move {checkpoint_dir} aside to train this run from scratch"
         raise CheckpointError(f"{err}; it is the newest checkpoint of this run: {hint}") from err
+    if ckpt_lib.is_weights_only(payload):
+        # its full successor is gone (deleted or moved by hand): no optimizer state to resume
+        raise CheckpointError(
+            f"{newest}: the newest checkpoint holds weights only (kept for averaging; the full "
+            f"one after it is gone), so training cannot resume from it: put the newer full "
+            f"checkpoint back, or move {checkpoint_dir} aside to train this run from scratch"
+        )
     record = _learning_record(payload, newest)
     fingerprint = learning_fingerprint(model_config, vocab_sha256, train_cfg)
     step = int(payload.get("global_step", ckpt_lib.checkpoint_step(newest) or 0))
@@ -193,6 +199,13 @@ def start_point(
             "overwritten by older ones)"
         )
     return ResumePoint(newest, step, found)
+
+
+def _weights_only(path: Path) -> bool:
+    try:
+        return ckpt_lib.is_weights_only(ckpt_lib.load_checkpoint(path))
+    except CheckpointError:
+        return True  # unreadable: no resume from it either
 
 
 def _finished_with(checkpoint_dir: Path, cfg: TrainConfig) -> bool:

@@ -15,7 +15,12 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from transformer_nmt.io_utils import write_json
-from transformer_nmt.runs.checkpoints import LIGHTNING_FILENAME, checkpoint_name
+from transformer_nmt.runs.checkpoints import (
+    LIGHTNING_FILENAME,
+    checkpoint_name,
+    demote_to_weights_only,
+    list_checkpoints,
+)
 from transformer_nmt.runs.layout import LAST_VALIDATION_FILE
 from transformer_nmt.training.config import TrainConfig
 
@@ -25,7 +30,10 @@ log = logging.getLogger(__name__)
 class StepCheckpoint(ModelCheckpoint):
     """``ModelCheckpoint`` keeping the newest ``keep`` files ``step=00001000.ckpt`` (monitor =
     step, mode max), every N steps or T minutes, plus one at ``max_steps``; never on exception
-    (a NaN loss must not leave a checkpoint with NaN weights behind)."""
+    (a NaN loss must not leave a checkpoint with NaN weights behind). Only the newest holds the
+    training state a resume needs: once a new one is written, rank 0 makes the older ones
+    weights-only (§6.1 averages weights; a ``big`` run's 20 full checkpoints with Adam's
+    moments would take 3x the disk)."""
 
     def __init__(self, dirpath: Path, cfg: TrainConfig) -> None:
         every_steps = cfg.checkpoint_every_steps
@@ -44,6 +52,14 @@ class StepCheckpoint(ModelCheckpoint):
             save_on_exception=False,
             enable_version_counter=False,
         )
+
+    def _update_best_and_save(self, current, trainer, monitor_candidates) -> None:
+        # saves the new checkpoint, then deletes the one beyond the newest ``keep``
+        super()._update_best_and_save(current, trainer, monitor_candidates)
+        if trainer.is_global_zero:
+            for older in list_checkpoints(self.dirpath)[:-1]:
+                if demote_to_weights_only(older):
+                    log.info("kept %s for averaging, weights only", older.name)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
