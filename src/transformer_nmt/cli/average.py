@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     paths = select(args)
-    metas = [(p, checkpoint_meta(load_checkpoint(p), p)) for p in paths]
+    metas = [(p, checkpoint_meta(load_checkpoint(p, mmap=True), p)) for p in paths]
     first_path, first = metas[0]
     for path, meta in metas[1:]:
         mismatch = experiment_mismatch(

@@ -80,7 +80,7 @@ def select_average(
     """Average the last K of ``checkpoints`` (oldest first) for each candidate K, score each on
     the dev set, and write the best average to ``out`` (a model file)."""
     sources, references = read_lines(dev_src), read_lines(dev_ref)
-    first_meta = checkpoint_meta(load_checkpoint(checkpoints[-1]), checkpoints[-1])
+    first_meta = checkpoint_meta(load_checkpoint(checkpoints[-1], mmap=True), checkpoints[-1])
     dev_bleu: dict[int, float] = {}
     with tempfile.TemporaryDirectory(prefix=".average-", dir=out.parent) as tmp:
         for k in candidate_ks(len(checkpoints), candidates):

@@ -77,13 +77,16 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[Path]:
     return [p for step, p in sorted((s, p) for s, p in found if s is not None)]
 
 
-def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """``torch.load`` a checkpoint or model file (weights only, on CPU) or raise CheckpointError."""
+def load_checkpoint(path: str | os.PathLike[str], *, mmap: bool = False) -> dict[str, Any]:
+    """``torch.load`` a checkpoint or model file (weights only, on CPU) or raise CheckpointError.
+
+    ``mmap``: the tensors stay in the file and are read in page by page when used (metadata
+    reads and averaging then never hold the optimizer's moments, or a whole file, in memory)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint file not found")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # truncated zip, pickle error, disallowed global, ...
         raise CheckpointError(
             f"{path}: cannot be read as a weights-only torch checkpoint "
@@ -104,10 +107,7 @@ def demote_to_weights_only(path: str | os.PathLike[str]) -> bool:
     schedule, loops, callbacks), atomically: the file is whole, full or weights-only, whenever
     the writer is killed. Returns False when it already was weights-only."""
     path = Path(path)
-    try:  # memory-mapped: the optimizer's moments are never read in
-        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:
-        raise CheckpointError(f"{path}: cannot be read to drop its training state ({err})") from err
+    payload = load_checkpoint(path, mmap=True)  # the optimizer's moments are never read in
     if is_weights_only(payload):
         return False
     slim = {key: payload[key] for key in _WEIGHTS_ONLY_KEEPS if key in payload}
@@ -191,34 +191,37 @@ def average_checkpoints(paths: Sequence[str | os.PathLike[str]]) -> dict[str, to
     """
     if not paths:
         raise CheckpointError("no checkpoints to average")
+    # One file at a time, memory-mapped: the accumulators and one file's weights in memory
+    # (with float32 weights about 2x the model; the optimizer's moments are never read).
     first = Path(paths[0])
-    reference = model_state_dict(load_checkpoint(first), first)
+    reference = model_state_dict(load_checkpoint(first, mmap=True), first)
+    shapes = {k: v.shape for k, v in reference.items()}
     dtypes = {k: v.dtype for k, v in reference.items()}
-    sums = {k: _accumulator(v) for k, v in reference.items()}
+    sums = {k: _accumulator(v) for k, v in reference.items()}  # copies: [first]'s own memory
+    del reference
     for path in paths[1:]:
         path = Path(path)
-        state = model_state_dict(load_checkpoint(path), path)
-        if state.keys() != reference.keys():
-            missing = sorted(reference.keys() - state.keys())[:5]
-            extra = sorted(state.keys() - reference.keys())[:5]
+        state = model_state_dict(load_checkpoint(path, mmap=True), path)
+        if state.keys() != shapes.keys():
+            missing = sorted(shapes.keys() - state.keys())[:5]
+            extra = sorted(state.keys() - shapes.keys())[:5]
             raise CheckpointError(
                 f"{path}: weights differ from {first.name}: missing {missing}, extra {extra}"
             )
         for key, value in state.items():
-            if value.shape != reference[key].shape:
+            if value.shape != shapes[key]:
                 raise CheckpointError(
                     f"{path}: '{key}' has shape {tuple(value.shape)}, "
-                    f"{first.name} has {tuple(reference[key].shape)}"
+                    f"{first.name} has {tuple(shapes[key])}"
                 )
             if value.is_floating_point():
                 sums[key] += value.to(sums[key].dtype)
-            elif not torch.equal(value, reference[key]):
+            elif not torch.equal(value, sums[key]):
                 raise CheckpointError(f"{path}: non-float tensor '{key}' differs from {first.name}")
+        del state
     n = len(paths)
-    return {
-        k: (sums[k] / n).to(dtypes[k]) if sums[k].is_floating_point() else sums[k]
-        for k in reference
-    }
+    # in place: no second copy of the model (the float32 accumulators become the average)
+    return {k: v.div_(n).to(dtypes[k]) if v.is_floating_point() else v for k, v in sums.items()}
 
 
 def _accumulator(value: torch.Tensor) -> torch.Tensor:

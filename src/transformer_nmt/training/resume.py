@@ -203,7 +203,7 @@ def start_point(
 
 def _weights_only(path: Path) -> bool:
     try:
-        return ckpt_lib.is_weights_only(ckpt_lib.load_checkpoint(path))
+        return ckpt_lib.is_weights_only(ckpt_lib.load_checkpoint(path, mmap=True))
     except CheckpointError:
         return True  # unreadable: no resume from it either
 
