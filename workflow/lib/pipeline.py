@@ -27,6 +27,7 @@ from transformer_nmt.errors import ConfigError
 from transformer_nmt.io_utils import write_json
 from transformer_nmt.model.config import TABLE3
 from transformer_nmt.runs import layout as run_files
+from transformer_nmt.tracking.store import check_uri
 
 # --- output path templates (Snakemake wildcards in braces) ------------------------------------
 RAW_DIR = "resources/{dataset}"
@@ -123,6 +124,9 @@ class Pipeline:
         self._experiments = self._expand_seeds(studied)
         self._check()
         self._check_significance()
+        if self.tracking_uri():  # no password in it: it would reach the jobs' records and logs
+            source = "tracking_uri" if config.get("tracking_uri") else "MLFLOW_TRACKING_URI"
+            check_uri(self.tracking_uri(), source)
 
     # -- studies: Table 3 and seeds (docs/interfaces.md, "Studies") -------------------------------
 

@@ -138,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{where}: {err}") from err
     train_cfg = TrainConfig.from_dict(train_keys)
     check_devices_exist(train_cfg)  # before tracking: no FAILED MLflow run for a wrong machine
+    if args.mlflow_experiment is not None and args.mlflow_run is not None:
+        # a tracking server that refuses our credentials: one line before the data and the
+        # model, in every DDP rank (rank 0 alone tracks; the others would wait for it)
+        tracking.check_access(tracking.tracking_uri(), args.mlflow_experiment)
     vocab = load_vocab_info(args.spm_model)
     data = RunData(
         args.bin_dir, args.spm_model, args.src, args.tgt, args.train_split, args.valid_split

@@ -3,7 +3,7 @@
 By concern (each module's docstring gives its decisions):
 
 - ``store``: where the MLflow store is (``tracking_uri``), and using it from many jobs at once
-  (the store lock, retries while SQLite is locked);
+  (the store lock, retries while SQLite is locked); a server's credentials (``check_access``);
 - ``identity``: which MLflow run is a run directory's (``mlflow_run.json``, the run's tags) and
   supersession when a stage re-runs with changed params;
 - ``stage``: a stage's logging (``stage_run`` → ``StageRun``: params, tags, metrics, artifacts),
@@ -39,7 +39,7 @@ from transformer_nmt.tracking.stage import (
     stage_run,
     system_metrics,
 )
-from transformer_nmt.tracking.store import tracking_uri, with_retry
+from transformer_nmt.tracking.store import check_access, tracking_uri, with_retry
 
 __all__ = [
     "GIT_COMMIT_TAG",
@@ -55,6 +55,7 @@ __all__ = [
     "StageRun",
     "DataInput",
     "add_cli_arguments",
+    "check_access",
     "data_inputs",
     "data_record",
     "first_line",

@@ -49,9 +49,11 @@ from transformer_nmt.tracking.identity import (
 )
 from transformer_nmt.tracking.lineage import SHA256_TAG, SPLIT_TAG, DataInput
 from transformer_nmt.tracking.store import (
+    check_access,
     get_or_create_experiment,
     log_params,
     open_client,
+    refusal_is_an_error,
     set_tags,
     sqlite_on_network_filesystem,
     store_lock,
@@ -350,6 +352,7 @@ def stage_run(
         yield None
         return
     uri = tracking_uri()
+    check_access(uri, experiment)  # a server that refuses us: one line, before the work
     shared_sqlite = sqlite_on_network_filesystem(uri)
     if shared_sqlite:
         notice(shared_sqlite, topic="mlflow-network-sqlite")
@@ -361,7 +364,7 @@ def stage_run(
     stage_tags.update({k: str(v) for k, v in (tags or {}).items()})
     stage_tags.update(flatten_params(mutable_params or {}, prefix=stage))
 
-    with store_lock(uri):
+    with refusal_is_an_error(uri, experiment), store_lock(uri):
         client = open_client(uri)
         experiment_id = get_or_create_experiment(client, uri, experiment)
         if run_dir is not None:

@@ -18,6 +18,13 @@
   Runs* directly: ``experiment_links`` gives it for every experiment of the store
   (``python -m transformer_nmt ui`` prints them).
 
+* **Credentials.** A tracking server that asks for them (MLflow's basic-auth app, README
+  "MLflow on a cluster") gets them from MLflow's own ``MLFLOW_TRACKING_USERNAME`` /
+  ``MLFLOW_TRACKING_PASSWORD`` or ``~/.mlflow/credentials`` (mode 0600), never from the URI: a
+  URI carrying a password is refused (``check_uri``), since the URI is written into
+  ``mlflow_run.json`` and logs. Before a tracked stage's work, ``check_access`` asks the server
+  first; a refusal (HTTP 401/403) is one line naming what to set, not a failure hours later.
+
 MLflow imports lazily (its first import takes seconds), so untracked stages stay fast.
 """
 
@@ -34,6 +41,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from transformer_nmt.errors import ConfigError, UserFacingError
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +59,50 @@ EXPERIMENT_KIND = "custom_model_development"  # MLflow 3's kind for model traini
 UI_VIEW = "workflowType=machine_learning"  # the UI's "Model training" view of an experiment
 
 
+# MLflow's own sources of a tracking server's credentials (mlflow.utils.credentials)
+USERNAME_ENV = "MLFLOW_TRACKING_USERNAME"
+PASSWORD_ENV = "MLFLOW_TRACKING_PASSWORD"
+CREDENTIALS_FILE = "~/.mlflow/credentials"
+_HINT = (
+    f"set {USERNAME_ENV} and {PASSWORD_ENV} in the environment, or put them into "
+    f"{CREDENTIALS_FILE} (mode 0600) (README, 'MLflow on a cluster')"
+)
+
+
 def tracking_uri() -> str:
-    """``$MLFLOW_TRACKING_URI`` or the embedded store ``sqlite:///<cwd>/mlflow.db``."""
+    """``$MLFLOW_TRACKING_URI`` or the embedded store ``sqlite:///<cwd>/mlflow.db``; a URI
+    carrying a password is refused (``check_uri``)."""
     env = os.environ.get("MLFLOW_TRACKING_URI")
     if env:
-        return env
+        return check_uri(env)
     return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def redact_uri(uri: str) -> str:
+    """``uri`` with the password of its ``user:password@`` replaced by ``***``."""
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
+def check_uri(uri: str, source: str = "MLFLOW_TRACKING_URI") -> str:
+    """``uri``, unless it carries a password (``http://user:password@host``): a ``ConfigError``
+    naming ``source`` (the variable or config key), since the tracking URI is recorded in
+    ``mlflow_run.json``, the logs and (given on Snakemake's command line) the run's
+    description."""
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    if parts.scheme in ("http", "https"):
+        instead = _HINT
+    else:
+        instead = "let the database read it from its own password file (e.g. ~/.pgpass)"
+    raise ConfigError(
+        f"{source}: {redact_uri(uri)} carries a password, which would be recorded in "
+        f"mlflow_run.json and logs: remove it from the URI and {instead}"
+    )
 
 
 # Filesystems that several machines mount: SQLite's file locks are unreliable there, so jobs on
@@ -227,3 +275,71 @@ def set_tags(client: Any, run_id: str, tags: Mapping[str, str]) -> None:
     items = [RunTag(key, str(value)) for key, value in sorted(tags.items())]
     for start in range(0, len(items), 100):
         with_retry(client.log_batch, run_id, tags=items[start : start + 100])
+
+
+_REFUSED = {"UNAUTHENTICATED": 401, "CUSTOMER_UNAUTHORIZED": 401, "PERMISSION_DENIED": 403}
+
+
+def refusal(err: BaseException, uri: str, experiment: str | None = None) -> str | None:
+    """The one-line error for a tracking server that refused us (HTTP 401/403), naming what to
+    set; None for any other error."""
+    status = _REFUSED.get(str(getattr(err, "error_code", "")))
+    if status is None:
+        return None
+    from mlflow.utils.credentials import read_mlflow_creds
+
+    user = read_mlflow_creds().username
+    server = f"MLflow server {redact_uri(uri)}"
+    if status == 401:
+        who = f"user {user!r}: wrong password or no such user" if user else "no credentials"
+        return f"{server} refused us (HTTP 401, {who}): {_HINT}"
+    if "Invalid Host header" in str(err):  # MLflow's host check (mlflow server --allowed-hosts)
+        host = urlsplit(uri).netloc.rsplit("@", 1)[-1]
+        return (
+            f"{server} refused the host name {host!r} (HTTP 403, not in its --allowed-hosts): "
+            "add it to the server's --allowed-hosts, or use a name listed there"
+        )
+    what = f"experiment {experiment!r}" if experiment else "this request"
+    return (
+        f"{server} refused user {user!r} access to {what} (HTTP 403): its admin must grant "
+        f"that user a permission on it, or give a user who has one in {USERNAME_ENV} and "
+        f"{PASSWORD_ENV} (or {CREDENTIALS_FILE})"
+    )
+
+
+@contextlib.contextmanager
+def refusal_is_an_error(uri: str, experiment: str | None = None) -> Iterator[None]:
+    """Inside the block, a tracking server's refusal (``refusal``) is a ``UserFacingError``."""
+    try:
+        yield
+    except Exception as err:
+        message = refusal(err, uri, experiment)
+        if message is None:
+            raise
+        raise UserFacingError(message) from err
+
+
+def check_access(uri: str, experiment: str | None = None) -> None:
+    """Pre-flight of a tracked stage, before its work: ask an ``http(s)`` tracking server
+    whether it lets us in (a search, and the experiment when it exists: two requests); a
+    refusal is a one-line ``UserFacingError`` (``refusal``). MLflow's credentials file open to
+    others is refused too. Nothing for other stores."""
+    if urlsplit(uri).scheme not in ("http", "https"):
+        return
+    credentials = Path(CREDENTIALS_FILE).expanduser()
+    try:
+        mode = credentials.stat().st_mode & 0o777
+    except OSError:
+        mode = 0
+    if mode & 0o077:
+        raise UserFacingError(
+            f"{credentials} (MLflow's credentials) is open to others (mode {mode:o}): "
+            f"chmod 600 {credentials}"
+        )
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    with refusal_is_an_error(uri, experiment):
+        client.search_experiments(max_results=1)
+        if experiment is not None:
+            client.get_experiment_by_name(experiment)
