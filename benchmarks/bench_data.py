@@ -66,23 +66,38 @@ from transformer_nmt.data.datamodule import TranslationDataModule
 from transformer_nmt.data.vocab import PAD_ID
 bin_dir, max_tokens, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 seconds = float(sys.argv[4])
+world = int(sys.argv[5]) if len(sys.argv) > 5 else 1  # rank 0 of `world` (its share)
 dm = TranslationDataModule(bin_dir, "en", "de", max_tokens=max_tokens, num_workers=workers)
+dm.rank_and_world_size = lambda: (0, world)
 t0 = time.perf_counter()
 loader = dm.train_dataloader()
 setup_s = time.perf_counter() - t0
-real = padded = sentences = batches = 0
+real = padded = sentences = batches = tgt_real = 0
 t0 = time.perf_counter()
+first_batch_s = None
 for batch in loader:
-    real += int((batch["src"] != PAD_ID).sum()) + int((batch["tgt_out"] != PAD_ID).sum())
+    if first_batch_s is None:  # the epoch's start-up: sampler, workers, first batch
+        first_batch_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        continue
+    tgt = int((batch["tgt_out"] != PAD_ID).sum())
+    real += int((batch["src"] != PAD_ID).sum()) + tgt
+    tgt_real += tgt
     padded += batch["src"].numel() + batch["tgt_out"].numel()
     sentences += len(batch["index"])
     batches += 1
     if time.perf_counter() - t0 > seconds:
         break
 elapsed = time.perf_counter() - t0
-print(json.dumps(dict(setup_s=setup_s, seconds=elapsed, batches=batches, sentences=sentences,
-                      real_tokens=real, padded_tokens=padded, epoch_batches=len(loader))))
+print(json.dumps(dict(setup_s=setup_s, first_batch_s=first_batch_s, seconds=elapsed,
+                      batches=batches, sentences=sentences, real_tokens=real,
+                      tgt_real_tokens=tgt_real, padded_tokens=padded, epoch_batches=len(loader),
+                      max_tokens=max_tokens, workers=workers, world_size=world)))
 """
+# --feed: the WMT14 recipes' micro-batches as plan sizes them on H100s (max_tokens: auto):
+# one GPU's (base and big alike) and rank 0's share of eight; 1 and 2 DataLoader workers.
+FEED_SETUPS = ((24_960, 1), (3_072, 8))
+FEED_WORKERS = (1, 2)
 
 
 def _tree_memory(pid: int) -> tuple[int, int]:
@@ -289,6 +304,13 @@ def main() -> int:
         "(--pairs pairs, ~29 tokens per side as SentencePiece gives the synthetic text) and "
         "measure the loader alone",
     )
+    parser.add_argument(
+        "--feed",
+        action="store_true",
+        help="with --loader-only: the WMT14 recipes' micro-batches on H100s (24,960 tokens on "
+        "one, 3,072 as rank 0 of eight) with 1 and 2 workers: target tokens/s per worker, the "
+        "epoch's start-up, memory per process",
+    )
     parser.add_argument("--work-dir", default=None, help="default: a temporary directory")
     args = parser.parse_args()
 
@@ -301,14 +323,22 @@ def main() -> int:
         else:
             stages, facts, bin_dir = run_pipeline(args, root)
         loaders = {}
-        for workers in (0, 2):
+        setups = [(args.max_tokens, 1, w) for w in (0, 2)]
+        if args.feed:
+            setups = [(m, world, w) for m, world in FEED_SETUPS for w in FEED_WORKERS]
+        for max_tokens, world, workers in setups:
             name = f"loader_workers{workers}"
+            if args.feed:
+                name = f"feed_{max_tokens}x{world}_workers{workers}"
             stages[name] = run_stage(
                 name,
-                [sys.executable, "-c", LOADER_SCRIPT, str(bin_dir), str(args.max_tokens)]
-                + [str(workers), str(args.loader_seconds)],
+                [sys.executable, "-c", LOADER_SCRIPT, str(bin_dir), str(max_tokens)]
+                + [str(workers), str(args.loader_seconds), str(world)],
             )
             loaders[name] = json.loads(stages[name].pop("stdout").strip().splitlines()[-1])
+            # per process of the loader's tree (the main one and its workers)
+            loaders[name]["peak_pss_per_process"] = stages[name]["peak_pss"] / (workers + 1)
+            loaders[name]["peak_anon_per_process"] = stages[name]["peak_pss_anon"] / (workers + 1)
         for stage in stages.values():
             stage.pop("stdout", None)
 
@@ -325,6 +355,9 @@ def main() -> int:
                 "padded_tokens_per_s": r["padded_tokens"] / r["seconds"],
                 "padding_share": 1 - r["real_tokens"] / r["padded_tokens"],
                 "vs_h100": r["real_tokens"] / r["seconds"] / H100_TOKENS_PER_S,
+                "tgt_tokens_per_s_per_worker": r["tgt_real_tokens"]
+                / r["seconds"]
+                / max(r["workers"], 1),
             }
             for name, r in loaders.items()
         },
@@ -350,6 +383,12 @@ def main() -> int:
                 f"{r['real_tokens_per_s']:,.0f} tokens/s "
                 f"({r['vs_h100']:.1f}x an H100's ~300k; {r['padding_share']:.1%} padding)"
             )
+            if args.feed:
+                rate = (
+                    f"{r['tgt_tokens_per_s_per_worker']:,.0f} target tokens/s per worker, "
+                    f"start-up {r['setup_s'] + r['first_batch_s']:.1f} s, "
+                    f"{r['peak_anon_per_process'] / 2**20:,.0f} MiB anon per process"
+                )
         else:
             rate = ""
         print(
