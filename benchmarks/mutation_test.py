@@ -4,7 +4,7 @@ the search, the loss and schedule, and the BLEU scoring do the fast unit tests c
 Run by hand, not in CI, and not a dependency of the project: one command from the repository
 root, with any Python 3.11+ (the script itself needs only the standard library)::
 
-    nice -n 10 python3 benchmarks/mutation_test.py            # the whole run (~1 h on 2 cores)
+    nice -n 10 python3 benchmarks/mutation_test.py            # the whole run (~20-25 min)
     python3 benchmarks/mutation_test.py --only 'src/transformer_nmt/search/*'   # a part
     python3 benchmarks/mutation_test.py --rerun-survivors      # the last run's survivors only
     python3 benchmarks/mutation_test.py --report               # table and JSON of the last run
