@@ -64,7 +64,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_time_to_bleu import build_data, data_paths, load_experiment  # noqa: E402
+from common import build_data, data_paths, load_experiment  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"

@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_peer_training import OURS_LINE, run, summarise  # noqa: E402
-from bench_time_to_bleu import build_data, data_paths, load_experiment  # noqa: E402
+from common import build_data, data_paths, load_experiment  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"

@@ -90,43 +90,8 @@ OUT = REPO / "benchmarks" / "out"
 UNBOUNDED_STEPS = 10_000_000
 
 
-# --- the pipeline's file layout (workflow/lib/pipeline.py's path templates) -------------------
-
-sys.path[:0] = [str(REPO / "src"), str(REPO / "workflow" / "lib")]
-import pipeline as layout  # noqa: E402  (the Snakefile's own path templates)
-
-
-def data_paths(exp: dict[str, Any]) -> dict[str, Any]:
-    """Paths of an experiment's data files, relative to the repository root."""
-    where = {"dataset": exp["dataset"], "pair": exp["pair"]}
-    src, tgt = exp["pair"].split("-")
-    return {
-        "src": src,
-        "tgt": tgt,
-        "spm": layout.SPM_MODEL.format(**where),
-        "bin_dir": layout.BIN_DIR.format(**where),
-        "clean_report": layout.CLEAN_REPORT.format(**where),
-        "bins": [
-            template.format(**where, split=split, lang=lang)
-            for split in ("train", "valid")
-            for lang in (src, tgt)
-            for template in (layout.TOKENS, layout.OFFSETS)
-        ],
-        "text": lambda split, lang: layout.TEXT_FILE.format(**where, split=split, lang=lang),
-    }
-
-
-def load_experiment(config_path: Path, name: str | None) -> tuple[str, dict[str, Any]]:
-    with open(config_path, encoding="utf-8") as handle:
-        config = yaml.safe_load(handle)
-    experiments = config.get("experiments") or {}
-    if name is None:
-        if len(experiments) != 1:
-            sys.exit(f"{config_path} has {len(experiments)} experiments: name one (--experiment)")
-        name = next(iter(experiments))
-    if name not in experiments:
-        sys.exit(f"no experiment {name!r} in {config_path}; it has {sorted(experiments)}")
-    return name, experiments[name]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import build_data, data_paths, load_experiment  # noqa: E402
 
 
 def apply_sets(exp: dict[str, Any], sets: list[str]) -> dict[str, Any]:
@@ -163,17 +128,6 @@ def stage(*args: str, log: Path | None = None) -> None:
     if proc.returncode != 0:
         tail = log.read_text(encoding="utf-8")[-3000:] if log else ""
         sys.exit(f"stage {args[0]} failed ({proc.returncode}):\n{tail}")
-
-
-def build_data(config_path: Path, paths: dict[str, Any], sets: list[str], mirror: str | None):
-    targets = [paths["spm"], paths["clean_report"], *paths["bins"]]
-    targets += [paths["text"](s, lang) for s in sets for lang in (paths["src"], paths["tgt"])]
-    # Options taking lists first: "--cores N" ends them before the targets.
-    cmd = [sys.executable, "-m", "snakemake", "--configfile", str(config_path)]
-    if mirror:
-        cmd += ["--config", f"data_mirror={mirror}"]
-    cmd += ["--quiet", "rules", "--cores", str(os.cpu_count() or 1), *targets]
-    subprocess.run(cmd, cwd=REPO, check=True)
 
 
 def run_for_budget(cmd: list[str], log: Path, minutes: float) -> tuple[float, float]:

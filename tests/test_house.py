@@ -115,3 +115,41 @@ def test_the_former_translation_module_offers_the_same_objects() -> None:
     assert translation.Translator is Translator
     assert translation.open_translator is factory.open_translator
     assert translation.SentenceAttention is output.SentenceAttention
+
+
+BENCHMARKS = PACKAGE.parents[1] / "benchmarks"
+
+
+def _benchmark_imports() -> dict[str, set[str]]:
+    """Which of benchmarks/'s scripts each one imports (``benchmarks/`` is not a package: the
+    scripts import their siblings by module name, at the top or inside functions)."""
+    scripts = {p.stem: p for p in sorted(BENCHMARKS.glob("*.py"))}
+    graph = {}
+    for name, path in scripts.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module)
+        graph[name] = {m for m in found if m in scripts and m != name}
+    return graph
+
+
+def test_no_import_circle_between_benchmark_scripts() -> None:
+    graph = _benchmark_imports()
+    assert "common" in graph["bench_time_to_bleu"]  # the graph is read from real imports
+
+    def reaches(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    circles = sorted(
+        f"{a} -> {b} -> ... -> {a}" for a in graph for b in graph[a] if a in reaches(b)
+    )
+    assert circles == []
