@@ -44,10 +44,10 @@ def _imports(name: str) -> set[str]:
 GRAPH = {name: _imports(name) for name in MODULES}
 
 
-def _reaches(start: str) -> set[str]:
+def _reaches(start: str, graph: dict[str, set[str]] = GRAPH) -> set[str]:
     seen, todo = set(), [start]
     while todo:
-        for nxt in GRAPH[todo.pop()]:
+        for nxt in graph[todo.pop()]:
             if nxt not in seen:
                 seen.add(nxt)
                 todo.append(nxt)
@@ -139,17 +139,67 @@ def _benchmark_imports() -> dict[str, set[str]]:
 def test_no_import_circle_between_benchmark_scripts() -> None:
     graph = _benchmark_imports()
     assert "common" in graph["bench_time_to_bleu"]  # the graph is read from real imports
-
-    def reaches(start: str) -> set[str]:
-        seen, todo = set(), [start]
-        while todo:
-            for nxt in graph[todo.pop()]:
-                if nxt not in seen:
-                    seen.add(nxt)
-                    todo.append(nxt)
-        return seen
-
     circles = sorted(
-        f"{a} -> {b} -> ... -> {a}" for a in graph for b in graph[a] if a in reaches(b)
+        f"{a} -> {b} -> ... -> {a}" for a in graph for b in graph[a] if a in _reaches(b, graph)
     )
     assert circles == []
+
+
+# The documented module paths before the inference wing and runs/ (2026-11-25): each still
+# imports, gives the new module's objects and warns (CHANGELOG.md lists them).
+FORMER_PATHS = {
+    "checkpoints": ("runs.checkpoints", "load_model_file"),
+    "metrics_history": ("runs.metrics_history", "read_metrics"),
+    "selection": ("evaluation.selection", "select_average"),
+    "ct2": ("inference.ct2", "export_ct2"),
+    "serving": ("inference.serving", "log_translator_model"),
+}
+
+
+def test_former_module_paths_still_import_with_a_warning() -> None:
+    code = "\n".join(
+        [
+            "import importlib, json, warnings",
+            "out = {}",
+            f"for old, (new, name) in {FORMER_PATHS!r}.items():",
+            "    with warnings.catch_warnings(record=True) as seen:",
+            "        warnings.simplefilter('always')",
+            "        former = importlib.import_module('transformer_nmt.' + old)",
+            "    moved = [str(w.message) for w in seen if w.category is FutureWarning]",
+            "    same = getattr(former, name) is getattr(importlib.import_module("
+            "'transformer_nmt.' + new), name)",
+            "    out[old] = [same, moved]",
+            "print(json.dumps(out))",
+        ]
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    import json
+
+    for old, (same, moved) in json.loads(result.stdout.splitlines()[-1]).items():
+        new = FORMER_PATHS[old][0]
+        assert same, old
+        assert moved == [
+            f"transformer_nmt.{old} moved to transformer_nmt.{new} (CHANGELOG.md); "
+            "this alias will be removed"
+        ]
+    changelog = (PACKAGE.parents[1] / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert all(f"`transformer_nmt.{old}`" in changelog for old in FORMER_PATHS)
+
+
+def test_the_search_names_of_the_former_translation_module_warn() -> None:
+    import warnings
+
+    from transformer_nmt import search, translation
+
+    for name in ("beam_search", "SearchSettings", "Hypothesis"):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            assert getattr(translation, name) is getattr(search, name)
+        assert [w.category for w in seen] == [FutureWarning]
+    try:
+        translation.greedy_search  # noqa: B018  (never in the former module)
+    except AttributeError as err:
+        assert "has no attribute 'greedy_search'" in str(err)
+    else:
+        raise AssertionError("translation.greedy_search exists")

@@ -36,3 +36,23 @@ __all__ = [
     "token_batches",
     "word_index",
 ]
+
+# Names this module imported from the search before the inference wing (``from
+# transformer_nmt.translation import beam_search`` worked): still given, with a FutureWarning.
+_FROM_SEARCH = ("Hypothesis", "SearchSettings", "beam_search")
+
+
+def __getattr__(name: str):
+    if name not in _FROM_SEARCH:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import warnings
+
+    from transformer_nmt import search
+
+    warnings.warn(
+        f"transformer_nmt.translation.{name} is transformer_nmt.search.{name} (CHANGELOG.md); "
+        "this alias will be removed",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return getattr(search, name)
