@@ -26,21 +26,16 @@ from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
-import numpy as np
 import pytest
 
+from tests.test_training import MODEL, reversal_corpus
 from transformer_nmt import tracking
 from transformer_nmt.cli import main
 from transformer_nmt.errors import ConfigError, UserFacingError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-VOCAB = 64
 EXPERIMENT, RUN = "toy_en-de", "tiny"
 TEST_SET = "test_toy"
-MODEL = {
-    "preset": "tiny",
-    "overrides": {"N": 1, "d_model": 32, "d_ff": 64, "h": 2, "d_k": 16, "d_v": 16},
-}
 TRAIN = {
     "max_steps": 4, "max_tokens": 64, "tokens_per_update": 64, "warmup": 10,
     "accelerator": "cpu", "devices": 1, "checkpoint_every_steps": 2, "keep_checkpoints": 2,
@@ -218,29 +213,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace
         log.close()
 
 
-def _corpus(root: Path) -> dict[str, Path]:
-    """A SentencePiece model and a reversal task as token arrays (as tests/test_training.py)."""
-    import sentencepiece as spm
-
-    from transformer_nmt.data.token_array import write_token_array
-
-    rng = np.random.default_rng(0)
-    text = root / "text.txt"
-    words = ["".join(rng.choice(list("abcdefgh"), size=rng.integers(2, 6))) for _ in range(400)]
-    text.write_text("\n".join(" ".join(words[i : i + 8]) for i in range(0, 400, 8)) + "\n")
-    spm.SentencePieceTrainer.train(
-        input=str(text), model_prefix=str(root / "spm"), vocab_size=VOCAB, model_type="bpe",
-        pad_id=0, unk_id=1, bos_id=2, eos_id=3, minloglevel=2,
-    )  # fmt: skip
-    bin_dir = root / "bin"
-    bin_dir.mkdir()
-    for split, n in (("train", 120), ("valid", 16)):
-        src = [rng.integers(4, VOCAB, size=rng.integers(3, 9)).tolist() for _ in range(n)]
-        write_token_array(bin_dir / f"{split}.en", src, VOCAB)
-        write_token_array(bin_dir / f"{split}.de", [s[::-1] for s in src], VOCAB)
-    return {"spm": root / "spm.model", "bin": bin_dir}
-
-
 def _train_argv(corpus: dict[str, Path], run_dir: Path) -> list[str]:
     return [
         "train", "--bin-dir", str(corpus["bin"]), "--spm-model", str(corpus["spm"]),
@@ -280,7 +252,7 @@ def tracked(server: SimpleNamespace, tmp_path_factory: pytest.TempPathFactory) -
     root = tmp_path_factory.mktemp("tracked")
     home = root / "home"
     home.mkdir()
-    corpus = _corpus(root)
+    corpus = reversal_corpus(root)
     run_dir = root / "run"
     base = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
     base.update(

@@ -52,10 +52,13 @@ BASE_TRAIN = {
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return reversal_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+def reversal_corpus(root: Path) -> dict[str, Path]:
     """A SentencePiece model with the fixed special ids and a reversal task as token arrays."""
     import sentencepiece as spm
 
-    root = tmp_path_factory.mktemp("corpus")
     rng = np.random.default_rng(0)
     text = root / "text.txt"
     words = ["".join(rng.choice(list("abcdefgh"), size=rng.integers(2, 6))) for _ in range(400)]

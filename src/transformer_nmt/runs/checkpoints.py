@@ -197,7 +197,7 @@ def average_checkpoints(paths: Sequence[str | os.PathLike[str]]) -> dict[str, to
     reference = model_state_dict(load_checkpoint(first, mmap=True), first)
     shapes = {k: v.shape for k, v in reference.items()}
     dtypes = {k: v.dtype for k, v in reference.items()}
-    sums = {k: _accumulator(v) for k, v in reference.items()}  # copies: [first]'s own memory
+    sums = {k: _accumulator(v) for k, v in reference.items()}  # copies: no page of the file kept
     del reference
     for path in paths[1:]:
         path = Path(path)
