@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import http.server
 import os
+import subprocess
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,6 +48,23 @@ def local_http_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iter
         httpd.shutdown()
         httpd.server_close()
         thread.join()
+
+
+def wait_for_health(url: str, server: subprocess.Popen, log: Path, seconds: float) -> None:
+    """Wait until ``url``/health answers 200 (an ``mlflow server``); fail with the tail of its
+    ``log`` when the process exits or ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        assert server.poll() is None and time.monotonic() < deadline, log.read_text(
+            errors="replace"
+        )[-3000:]
+        time.sleep(1)
 
 
 @pytest.fixture

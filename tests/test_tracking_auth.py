@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import warnings
@@ -28,12 +27,12 @@ from unittest import mock
 
 import pytest
 
+from tests.conftest import REPO_ROOT, wait_for_health
 from tests.test_training import MODEL, reversal_corpus
 from transformer_nmt import tracking
 from transformer_nmt.cli import main
 from transformer_nmt.errors import ConfigError, UserFacingError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT, RUN = "toy_en-de", "tiny"
 TEST_SET = "test_toy"
 TRAIN = {
@@ -179,18 +178,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace
         cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=5) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, (
-                root / "server.log"
-            ).read_text(errors="replace")[-3000:]
-            time.sleep(1)
+        wait_for_health(url, proc, root / "server.log", 180)
         # the jobs' user, made as README's snippet makes it: the admin's credentials in the
         # environment, MLflow's auth client
         from mlflow.server import get_app_client

@@ -15,8 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ import pytest
 import sacrebleu
 import yaml
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, wait_for_health
 from transformer_nmt.runs.metrics_history import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -298,18 +296,7 @@ def mlflow_server(tmp_path: Path) -> Iterator[str]:
     server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=5) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None and time.monotonic() < deadline, (
-                tmp_path / "server.log"
-            ).read_text(errors="replace")[-3000:]
-            time.sleep(1)
+        wait_for_health(url, server, tmp_path / "server.log", 120)
         yield url
     finally:
         os.killpg(server.pid, signal.SIGTERM)
