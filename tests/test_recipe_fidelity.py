@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from tests.conftest import REPO_ROOT
 
@@ -224,24 +223,13 @@ def _vocab_type() -> str:
     return f"sentencepiece-{kind.lower()}"
 
 
-def _model_shapes(model_cfg: Any, vocab_size: int) -> Any:
-    """The recipe's Transformer on the meta device (shapes and wiring, no memory or init)."""
-    from transformer_nmt.model.transformer import Transformer
-
-    class Shapes(Transformer):
-        def reset_parameters(self) -> None:
-            """No initialisation on the meta device."""
-
-    with torch.device("meta"):
-        return Shapes(model_cfg, vocab_size=vocab_size)
-
-
 @functools.cache
 def effective_settings(recipe: str) -> dict[str, Any]:
     """Every ``PAPER`` setting of ``recipe`` as the pipeline's stages would get it."""
     from transformer_nmt.cli.plan import load_pipeline
     from transformer_nmt.cli.translate import search_settings
     from transformer_nmt.model.config import model_config_from_spec
+    from transformer_nmt.model.transformer import shape_model
     from transformer_nmt.search.length_penalty import length_penalty
     from transformer_nmt.training import preflight
     from transformer_nmt.training.config import TrainConfig
@@ -255,7 +243,7 @@ def effective_settings(recipe: str) -> dict[str, Any]:
     train_cfg = TrainConfig.from_dict(spec["train"])
     vocab_size = pipeline.data_settings(exp["dataset"], exp["pair"])["vocab_size"]
 
-    model = _model_shapes(model_cfg, vocab_size)
+    model = shape_model(model_cfg, vocab_size)
     softmax = model.out_proj.weight if model.out_proj is not None else model.src_embed.weight
     matrices = {id(w) for w in (model.src_embed.weight, model._target_embedding().weight, softmax)}
 

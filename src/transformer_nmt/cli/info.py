@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 
-import torch
-
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.model.config import (
     PRESETS,
@@ -23,7 +21,7 @@ from transformer_nmt.model.config import (
     get_preset,
     table3_config,
 )
-from transformer_nmt.model.transformer import Transformer, count_parameters
+from transformer_nmt.model.transformer import count_parameters, shape_model
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -53,8 +51,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def count(cfg: ModelConfig, vocab_size: int, tgt_vocab_size: int | None = None) -> dict[str, int]:
-    with torch.device("meta"):
-        model = Transformer(cfg, vocab_size=vocab_size, tgt_vocab_size=tgt_vocab_size)
+    model = shape_model(cfg, vocab_size, tgt_vocab_size)
     return {
         "parameters": count_parameters(model),
         "parameters_without_embeddings": count_parameters(model, exclude_embeddings=True),

@@ -352,3 +352,27 @@ def count_parameters(model: nn.Module, exclude_embeddings: bool = False) -> int:
         seen.add(id(param))
         total += param.numel()
     return total
+
+
+class _Uninitialised(Transformer):
+    def reset_parameters(self) -> None:
+        """Shapes only: the §3.4 normal init on the meta device costs seconds of imports."""
+
+
+def shape_model(
+    cfg: ModelConfig, vocab_size: int, tgt_vocab_size: int | None = None
+) -> Transformer:
+    """``cfg``'s Transformer on PyTorch's meta device: every parameter's shape and the §3.4
+    tying, no memory and no initialisation (for counting and planning, never for running)."""
+    with torch.device("meta"):
+        return _Uninitialised(cfg, vocab_size=vocab_size, tgt_vocab_size=tgt_vocab_size)
+
+
+def count_parameters_of(
+    cfg: ModelConfig,
+    vocab_size: int,
+    tgt_vocab_size: int | None = None,
+    exclude_embeddings: bool = False,
+) -> int:
+    """``count_parameters`` of ``cfg``'s model, built by ``shape_model`` (no memory)."""
+    return count_parameters(shape_model(cfg, vocab_size, tgt_vocab_size), exclude_embeddings)

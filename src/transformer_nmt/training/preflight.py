@@ -33,6 +33,7 @@ import torch
 
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.model.config import ModelConfig, get_preset
+from transformer_nmt.model.transformer import count_parameters_of
 from transformer_nmt.training.config import (
     TrainConfig,
     accumulation,
@@ -150,19 +151,6 @@ class MemoryEstimate:
     @property
     def total(self) -> int:
         return self.weights_and_optimizer + self.activations + self.loss
-
-
-def count_parameters_of(model_cfg: ModelConfig, vocab_size: int) -> int:
-    """Distinct parameters of the model (built on the meta device: no memory)."""
-    from transformer_nmt.model.transformer import Transformer, count_parameters
-
-    class Shapes(Transformer):
-        def reset_parameters(self) -> None:
-            """Shapes only: the §3.4 normal init on the meta device costs seconds of imports."""
-
-    with torch.device("meta"):
-        model = Shapes(model_cfg, vocab_size=vocab_size)
-    return count_parameters(model)
 
 
 def estimate_peak_bytes(
