@@ -36,6 +36,7 @@ if not workflow.overwrite_configfiles:
 try:
     validate(config, "workflow/schemas/config.schema.yaml")
     pipeline = Pipeline(config, REPO)
+    pipeline.write_registry()  # with the config's own datasets: the registry the stages read
 except (WorkflowError, ConfigError) as err:
     # one line naming the key (validate's own message dumps the schema and the whole config)
     sys.exit(paths.config_error_line(err))

@@ -376,13 +376,13 @@ def test_an_empty_corpus_file_names_the_file_and_the_fix(tmp_path):
 
 
 def test_misaligned_line_counts_name_both_files(tmp_path):
-    dataset, raw = _plain_dataset(tmp_path, b"a\nb\nc\n", b"x\ny\n")
+    dataset, raw = _plain_dataset(tmp_path, b"a\nb\nc\nd\ne\n", b"x\ny\n")
     _fails(
         dataset,
         raw,
         tmp_path / "out",
-        r"misaligned corpus 'c': .*raw/train\.de ends after line 2 "
-        r"but .*raw/train\.en has a line 3; fetch the files again with "
+        r"misaligned corpus 'c': .*raw/train\.de has 2 lines "
+        r"but .*raw/train\.en has 5; every line .*; fetch the files again with "
         r"`snakemake --forcerun download_wmt_toy \.\.\.`",
     )
 

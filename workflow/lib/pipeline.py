@@ -22,7 +22,9 @@ from typing import Any
 
 import jsonschema
 
-from transformer_nmt.data.registry import Dataset, load_registry
+from transformer_nmt.data.local import CONFIG_KEY as LOCAL_DATASETS_KEY
+from transformer_nmt.data.local import merged_registry
+from transformer_nmt.data.registry import Dataset, parse_registry, read_registry
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.io_utils import write_json
 from transformer_nmt.model.config import TABLE3
@@ -31,6 +33,8 @@ from transformer_nmt.tracking.store import check_uri
 
 # --- output path templates (Snakemake wildcards in braces) ------------------------------------
 RAW_DIR = "resources/{dataset}"
+# the registry plus the config's own datasets (``datasets:``), what the stages read
+MERGED_REGISTRY = "results/datasets.yaml"
 CHECKSUM_LOCK = RAW_DIR + "/checksums.lock.json"  # sha256 pinned by the first download
 TEXT_DIR = "results/data/{dataset}/{pair}"
 TEXT_FILE = TEXT_DIR + "/{split}.{lang}"
@@ -116,7 +120,13 @@ class Pipeline:
         self.config = config
         registry = config.get("registry") or str(Path(repo) / "config" / "datasets.yaml")
         self.registry_path = str(Path(registry).resolve())
-        self.registry: dict[str, Dataset] = load_registry(self.registry_path)
+        # a user's own corpora (data/local.py): relative paths from where snakemake runs
+        self._registry_raw = merged_registry(
+            read_registry(self.registry_path), config.get(LOCAL_DATASETS_KEY), Path.cwd()
+        )
+        self.registry: dict[str, Dataset] = parse_registry(self._registry_raw, self.registry_path)
+        if config.get(LOCAL_DATASETS_KEY):
+            self.registry_path = str(Path(MERGED_REGISTRY).resolve())
         # studies: Table 3 rows, then seeds, expand the config's experiments into the runs
         self.table3_rows: dict[str, str] = {}  # Table 3 row -> experiment (before seeds)
         studied = self._expand_table3(config["experiments"])
@@ -331,8 +341,13 @@ class Pipeline:
         """Dataset pairs that some experiment uses (others in ``data:`` are not built)."""
         return sorted({(e["dataset"], e["pair"]) for e in self._experiments.values()})
 
-    def datasets(self) -> list[str]:
-        return sorted({dataset for dataset, _ in self.data_pairs()})
+    def datasets(self, downloaded: bool | None = None) -> list[str]:
+        """The datasets some experiment uses; ``downloaded``: only the registry's (True) or
+        only the config's own local ones (False)."""
+        used = {dataset for dataset, _ in self.data_pairs()}
+        if downloaded is not None:
+            used = {d for d in used if self.registry[d].local != downloaded}
+        return sorted(used)
 
     def data_settings(self, dataset: str, pair: str) -> dict[str, Any]:
         return self.config["data"][dataset][pair]
@@ -412,6 +427,31 @@ class Pipeline:
 
     # -- registry lookups --------------------------------------------------------------------
 
+    def write_registry(self) -> None:
+        """With datasets of the config's own: write the merged registry the stages read
+        (``registry_path``), unless it holds that already."""
+        if not self.config.get(LOCAL_DATASETS_KEY):
+            return
+        import yaml
+
+        text = yaml.safe_dump(self._registry_raw, sort_keys=True, allow_unicode=True)
+        path = Path(self.registry_path)
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+
+    def local_files(self, dataset: str) -> list[str]:
+        """A local dataset's own files (inputs of its download job: an edited file re-links)."""
+        return [spec.path for spec in self.registry[dataset].files.values() if spec.path]
+
+    def download_clean_json(self, dataset: str) -> str:
+        """A local dataset's cleaning rules (its one pair's), for its download stage's checks."""
+        (pair,) = self.registry[dataset].pairs
+        return canonical_json(self.config["data"].get(dataset, {}).get(pair, {}).get("clean", {}))
+
     def raw_files(self, dataset: str) -> list[str]:
         raw_dir = RAW_DIR.format(dataset=dataset)
         return [f"{raw_dir}/{name}" for name in self.registry[dataset].files]
@@ -433,7 +473,7 @@ class Pipeline:
         )
 
     def splits(self, dataset: str, pair: str) -> list[str]:
-        return list(self.registry[dataset].pairs[pair].splits)
+        return self.registry[dataset].pairs[pair].split_names()
 
     # -- file names --------------------------------------------------------------------------
 

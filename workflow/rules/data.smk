@@ -5,7 +5,7 @@
 # The registry's location comes from the environment (set by the Snakefile), its content through
 # params: moving the checkout re-runs nothing, changing a dataset's entry re-runs its stages.
 
-for _dataset in pipeline.datasets():
+for _dataset in pipeline.datasets(downloaded=True):
 
     rule:
         name:
@@ -29,6 +29,37 @@ for _dataset in pipeline.datasets():
         shell:
             'python -m transformer_nmt download --registry "$TRANSFORMER_NMT_REGISTRY"'
             " --dataset {params.dataset} --out-dir {params.out_dir:q}"
+            " > {log:q} 2>&1"
+
+
+# A user's own corpus (config `datasets:`, data/local.py): its files are linked, not fetched,
+# and read once to check them (alignment, TSV columns, empty lines, carving, test overlap)
+# before any other job; an edited file (an input) links and checks afresh.
+for _dataset in pipeline.datasets(downloaded=False):
+
+    rule:
+        name:
+            f"download_{_dataset}"
+        input:
+            pipeline.local_files(_dataset),
+        output:
+            pipeline.raw_files(_dataset),
+            lock=paths.CHECKSUM_LOCK.format(dataset=_dataset),
+        log:
+            f"logs/download/{_dataset}.log",
+        benchmark:
+            f"results/benchmarks/download/{_dataset}.tsv"
+        conda:
+            "../../environment.yml"
+        params:
+            entry=pipeline.registry_entry_json(_dataset),
+            out_dir=lambda wc, output: os.path.dirname(output[0]),
+            dataset=_dataset,
+            # the checks allow the pair's clean.max_invalid_share of empty or undecodable lines
+            clean=pipeline.download_clean_json(_dataset),
+        shell:
+            'python -m transformer_nmt download --registry "$TRANSFORMER_NMT_REGISTRY"'
+            " --dataset {params.dataset} --out-dir {params.out_dir:q} --clean {params.clean:q}"
             " > {log:q} 2>&1"
 
 

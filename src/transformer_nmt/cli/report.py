@@ -21,6 +21,7 @@ from transformer_nmt.evaluation.report import (
     read_report,
     render_figures,
 )
+from transformer_nmt.evaluation.score import bleu_tokenizer
 from transformer_nmt.io_utils import atomic_open, read_lines, write_json
 from transformer_nmt.runs.layout import EXPERIMENT_FILE
 
@@ -170,7 +171,10 @@ def study_sections(
             base_hyps = hypotheses(baseline, test_set)
             if base_hyps is None:
                 continue
-            refs = read_lines(scores[(members[baseline][0], test_set)]["ref"])
+            base_scores = scores[(members[baseline][0], test_set)]
+            refs = read_lines(base_scores["ref"])
+            # BLEU tokenised as the score stage did for the target language
+            tokenize = bleu_tokenizer(str(base_scores.get("tgt_lang", "")))
             for name in sorted(members):
                 if name == baseline:
                     continue
@@ -179,7 +183,7 @@ def study_sections(
                     continue
                 try:
                     base_result, result, signature = sig.paired_bootstrap(
-                        base_hyps, hyps, refs, resamples
+                        base_hyps, hyps, refs, resamples, tokenize
                     )
                 except DataError as err:
                     raise DataError(f"significance of {name} on {test_set}: {err}") from err

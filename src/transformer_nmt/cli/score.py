@@ -21,7 +21,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hyp", required=True, help="detokenised hypotheses, one per line")
     parser.add_argument("--ref", required=True, help="references, line-aligned with --hyp")
     parser.add_argument(
-        "--tgt-lang", required=True, help="target language code for the Moses tokenizer (de, fr)"
+        "--tgt-lang",
+        required=True,
+        help="target language code: BLEU's tokenizer (13a; zh, ja, ko, char where words are not "
+        "space-separated) and the Moses tokenizer's language",
     )
     parser.add_argument(
         "--out", required=True, help=f"where to write the scores JSON (<test_set>{SCORES_SUFFIX})"
@@ -46,6 +49,8 @@ def score_metrics(test_set: str, payload: dict) -> dict[str, float]:
     """``<test set>.<metric>`` and, with an interval, ``<test set>.<metric>_ci95_low/_high``."""
     metrics = {}
     for key in _METRICS:
+        if payload[key]["score"] is None:  # tokenized BLEU where Moses tokenization is undefined
+            continue
         metrics[f"{test_set}.{key}"] = payload[key]["score"]
         ci = payload[key].get("ci95")
         if ci is not None:
@@ -84,13 +89,17 @@ def run(args: argparse.Namespace) -> int:
             if clean_report.is_file():
                 inputs = tracking.data_inputs(clean_report, {test_set: "test"})
                 tracked.log_data_inputs(inputs)
+
+    def shown(entry: dict) -> str:
+        return "—" if entry["score"] is None else f"{entry['score']:.2f}"
+
     log.info(
-        "%s: BLEU %.2f (%s) | chrF %.2f | paper-comparable tokenized BLEU %.2f | lc tok BLEU %.2f",
+        "%s: BLEU %.2f (%s) | chrF %.2f | paper-comparable tokenized BLEU %s | lc tok BLEU %s",
         test_set,
         scores.bleu["score"],
         scores.bleu["signature"],
         scores.chrf["score"],
-        scores.bleu_paper["score"],
-        scores.bleu_lc_tok["score"],
+        shown(scores.bleu_paper),
+        shown(scores.bleu_lc_tok),
     )
     return 0

@@ -17,6 +17,11 @@ Checksums not known in advance (``sha256: null`` in the registry) are recorded b
 verified download in ``<out_dir>/checksums.lock.json`` (the log says so); every later use
 verifies against it. Before a file is pinned without any published checksum it is read to its
 end as an archive (``check_structure``), and an empty file is refused.
+
+A local file (a user's own corpus, ``data/local.py``: ``FileSpec.path``) is read where it is:
+``<out_dir>/<name>`` becomes a symbolic link to it and the lock records its current sha256 (the
+file, not the first download, is the reference: an edited corpus is pinned afresh, and the
+stages after it re-run).
 """
 
 from __future__ import annotations
@@ -378,6 +383,28 @@ def download_file(
     return actual
 
 
+def link_local_file(spec: FileSpec, dataset: str, out_dir: Path) -> str:
+    """``out_dir/<name>`` -> the local file ``spec.path`` (a symbolic link, replaced when it
+    points elsewhere); returns the file's sha256. An empty or missing file is a DataError."""
+    source = Path(str(spec.path))
+    if not source.is_file():
+        raise DataError(
+            f"{source}: file of dataset {dataset!r} not found; fix its path under "
+            f"datasets.{dataset} in the config"
+        )
+    if source.stat().st_size == 0:
+        raise DataError(f"{source}: file of dataset {dataset!r} is empty")
+    link = out_dir / spec.name
+    if not (link.is_symlink() and Path(os.readlink(link)) == source):
+        tmp = out_dir / f".{spec.name}.link"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(source)
+        os.replace(tmp, link)
+    sha, _ = file_digests(source)
+    log.info("%s -> %s (sha256 %s)", link, source, sha)
+    return sha
+
+
 def resolve_mirror(cli_mirror: str | os.PathLike[str] | None) -> Path | None:
     """``--mirror`` (or the config key ``data_mirror``) first, then $TRANSFORMER_NMT_MIRROR."""
     chosen = cli_mirror or os.environ.get(MIRROR_ENV) or None
@@ -396,11 +423,17 @@ def download_dataset(
     """Fetch every file of ``dataset`` into ``out_dir``; returns file name -> verified sha256."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if mirror is not None and not mirror.is_dir():
+    if mirror is not None and not mirror.is_dir() and not dataset.local:
         raise DataError(f"mirror directory {mirror} does not exist")
     lock = read_lock(out_dir)
     sums: dict[str, str] = {}
     for spec in dataset.files.values():
+        if spec.path is not None:
+            sums[spec.name] = link_local_file(spec, dataset.name, out_dir)
+            if lock.get(spec.name) not in (None, sums[spec.name]):
+                log.info("%s: changed since it was pinned; pinned afresh", spec.path)
+            lock[spec.name] = sums[spec.name]
+            continue
         expected = expected_sha256(spec, lock, out_dir)
         sums[spec.name] = download_file(
             spec,

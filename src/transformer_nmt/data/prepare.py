@@ -14,6 +14,14 @@ after ``overlap_key`` normalisation (NFKC, lowercase, whitespace runs collapsed 
 ends stripped), and lists their line numbers (1-based, the first ``OVERLAP_LINES``): under
 ``splits.<split>.train_overlap``. Empty lines never count. Only the evaluation sentences are
 held in memory; the training data is streamed once.
+
+A pair may carve splits out of the training data (``Pair.carve``, a user's own corpus:
+``data/local.py``): after cleaning, the distinct training pairs (compared after the same
+normalisation) are shuffled with ``carve_seed`` and the first ones drawn for each carved split in
+turn; every training pair equal to a drawn one is removed from train, so no pair is in two splits.
+The report says how many under ``splits.<split>.carved_from`` and ``splits.train.carved_out``.
+A test set read from files that shares pairs with the training data is a warning in the log, or
+an error with ``test_overlap: error``.
 """
 
 from __future__ import annotations
@@ -53,17 +61,17 @@ def read_pairs(
     """Aligned (source, target) lines of a corpus; DamagedFileError if the line counts differ
     or the corpus has no line. ``lenient``: lines that are not UTF-8 come as ``InvalidLine``."""
     src_side, tgt_side = corpus.sides[src], corpus.sides[tgt]
-    pairs = zip_longest(
-        iter_lines(raw_dir, src_side, lenient=lenient),
-        iter_lines(raw_dir, tgt_side, lenient=lenient),
-    )
+    src_lines = iter_lines(raw_dir, src_side, lenient=lenient)
+    tgt_lines = iter_lines(raw_dir, tgt_side, lenient=lenient)
     n = 0
-    for n, (s, t) in enumerate(pairs, 1):
+    for n, (s, t) in enumerate(zip_longest(src_lines, tgt_lines), 1):
         if s is None or t is None:
             short, longer = (src_side, tgt_side) if s is None else (tgt_side, src_side)
+            rest = sum(1 for _ in (tgt_lines if s is None else src_lines))
             raise DamagedFileError(
-                f"misaligned corpus {corpus.name!r}: {side_label(raw_dir, short)} ends after "
-                f"line {n - 1} but {side_label(raw_dir, longer)} has a line {n}"
+                f"misaligned corpus {corpus.name!r}: {side_label(raw_dir, short)} has {n - 1} "
+                f"lines but {side_label(raw_dir, longer)} has {n + rest}; every line of one "
+                "side must translate the same line of the other"
             )
         yield s, t
     if n == 0:
@@ -210,6 +218,78 @@ def overlap_key(line: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", line).lower().split())
 
 
+def pair_key_hash(src: str, tgt: str) -> int:
+    """An 8-byte hash of a pair's ``overlap_key`` form: equal for pairs the overlap report
+    counts as the same."""
+    return _pair_hash(overlap_key(src), overlap_key(tgt))
+
+
+def enforce_test_overlap(dataset: str, pair: Pair, overlaps: dict[str, int]) -> None:
+    """Test sets sharing pairs with the training data (``overlaps``: split -> count): a
+    warning with the count, or with ``test_overlap: error`` a DataError saying how to fix it."""
+    for split, count in overlaps.items():
+        if not count:
+            continue
+        text = (
+            f"{dataset} {pair.name}: {count} pair(s) of test set {split!r} also occur in the "
+            f"training data (compared after {OVERLAP_NORMALISATION})"
+        )
+        if pair.test_overlap == "error":
+            raise DataError(
+                f"{text}; remove them from the training files, or set datasets.{dataset}."
+                "test_overlap: warn"
+            )
+        log.warning("%s", text)
+
+
+def _carve(pair: Pair, tmp_dir: Path) -> tuple[dict[str, int], int]:
+    """Draw ``pair.carve``'s splits out of ``tmp_dir``'s cleaned train files (see the module
+    docstring); returns (split -> pairs drawn, training pairs removed)."""
+    train = (tmp_dir / f"train.{pair.src}", tmp_dir / f"train.{pair.tgt}")
+    hashes = array("Q")
+    with _open_text(train[0], "r") as fs, _open_text(train[1], "r") as ft:
+        for s, t in zip(fs, ft, strict=True):
+            hashes.append(pair_key_hash(s, t))
+    h = np.frombuffer(hashes, dtype=np.uint64) if len(hashes) else np.zeros(0, np.uint64)
+    distinct, first_line = np.unique(h, return_index=True)
+    needed = sum(pair.carve.values())
+    if needed >= len(distinct):
+        raise DataError(
+            f"pair {pair.name}: carving {needed} pairs for {', '.join(pair.carve)} needs more "
+            f"than the {len(distinct)} distinct cleaned training pairs; carve fewer"
+        )
+    drawn = np.random.default_rng(pair.carve_seed).permutation(len(distinct))[:needed]
+    split_of_line = np.full(len(h), -1, dtype=np.int64)
+    split_of_line[first_line[drawn]] = np.repeat(
+        np.arange(len(pair.carve)), list(pair.carve.values())
+    )
+    keep = ~np.isin(h, distinct[drawn])
+    outputs = [
+        (_open_text(tmp_dir / f"{split}.{pair.src}", "w"),
+         _open_text(tmp_dir / f"{split}.{pair.tgt}", "w"))
+        for split in pair.carve
+    ]  # fmt: skip
+    kept = (tmp_dir / ".kept.src", tmp_dir / ".kept.tgt")
+    with (
+        _open_text(train[0], "r") as fs, _open_text(train[1], "r") as ft,
+        _open_text(kept[0], "w") as ks, _open_text(kept[1], "w") as kt,
+    ):  # fmt: skip
+        for line, (s, t) in enumerate(zip(fs, ft, strict=True)):
+            if keep[line]:
+                ks.write(s)
+                kt.write(t)
+            elif split_of_line[line] >= 0:  # in corpus order within each carved split
+                out_s, out_t = outputs[split_of_line[line]]
+                out_s.write(s)
+                out_t.write(t)
+    for handles in outputs:
+        for handle in handles:
+            handle.close()
+    os.replace(kept[0], train[0])
+    os.replace(kept[1], train[1])
+    return dict(pair.carve), int((~keep).sum())
+
+
 def train_overlap(
     text_dir: Path, src: str, tgt: str, eval_splits: list[str]
 ) -> dict[str, dict[str, Any]]:
@@ -303,7 +383,19 @@ def _prepare_into(
             report["splits"][split]["read"],
             report["splits"][split]["kept"],
         )
-    eval_splits = [split for split in pair.splits if split != "train"]
+    if pair.carve:
+        carved, removed = _carve(pair, tmp_dir)
+        train = report["splits"]["train"]
+        train["kept"] -= removed
+        train["carved_out"] = removed
+        for split, n in carved.items():
+            report["splits"][split] = {
+                "filtered": True, "carved_from": "train", "carve_seed": pair.carve_seed,
+                "read": n, "kept": n, "dropped": {}, "corpora": {},
+            }  # fmt: skip
+            log.info("%s: %d pairs carved out of train (seed %d)", split, n, pair.carve_seed)
+        log.info("train: %d pairs removed (drawn or equal to a drawn one)", removed)
+    eval_splits = [split for split in pair.split_names() if split != "train"]
     if "train" in pair.splits and eval_splits:
         overlap = train_overlap(tmp_dir, pair.src, pair.tgt, eval_splits)
         report["overlap_normalisation"] = OVERLAP_NORMALISATION
@@ -315,6 +407,11 @@ def _prepare_into(
                 split, counts["pair"], counts["sentences"], counts["source"],
                 counts["target"],
             )  # fmt: skip
+        enforce_test_overlap(
+            dataset.name,
+            pair,
+            {s: overlap[s]["pair"] for s in dataset.test_splits if s in pair.splits},
+        )
     write_json(tmp_dir / REPORT_NAME, report)
     for path in sorted(tmp_dir.iterdir()):
         os.replace(path, out_dir / path.name)

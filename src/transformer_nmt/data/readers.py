@@ -1,4 +1,5 @@
-"""Line readers for raw corpus files: plain text, gzip and WMT SGML, on disk or inside a tar.
+"""Line readers for raw corpus files: plain text, gzip, WMT SGML and TSV (one column of
+``source<TAB>target`` lines, plain or gzip), on disk or inside a tar.
 
 Tar members are streamed straight from the archive (nothing is extracted to disk). Before any
 member is read, every member of the archive is checked with the standard library's
@@ -8,7 +9,8 @@ silently make relative, are refused too), and reading it is a ``DataError``.
 
 Lines are split at ``\\n`` only (a trailing ``\\r`` is removed) and decoded as strict UTF-8; an
 invalid byte, a truncated or corrupt gzip stream is a ``DamagedFileError`` naming the file and
-line. Crawled training corpora are read with ``lenient=True``: a line that is not valid UTF-8
+line; a TSV line without exactly one tab is a ``DamagedFileError`` naming the file and line.
+Crawled training corpora are read with ``lenient=True``: a line that is not valid UTF-8
 is then yielded as an ``InvalidLine`` (its text with U+FFFD for the bad bytes), which the
 prepare stage drops and counts; dev and test sets are always read strictly.
 """
@@ -24,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from transformer_nmt.data.registry import Side
+from transformer_nmt.data.registry import TSV_FORMATS, Side
 from transformer_nmt.errors import DamagedFileError, DataError
 
 # Any absolute directory serves as the pretend extraction root for the safety check.
@@ -82,8 +84,11 @@ def open_member(archive: Path, member: str) -> Iterator[BinaryIO]:
         yield stream
 
 
-def _split_lines(raw: BinaryIO, fmt: str, label: str, lenient: bool) -> Iterator[str]:
-    stream: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if fmt == "gzip" else raw
+def _split_lines(
+    raw: BinaryIO, fmt: str, label: str, lenient: bool, column: int | None = None
+) -> Iterator[str]:
+    gzipped = fmt in ("gzip", "tsv-gzip")
+    stream: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
     n = 0
     try:
         for n, line in enumerate(stream, 1):  # binary iteration splits at b"\n" only
@@ -98,6 +103,14 @@ def _split_lines(raw: BinaryIO, fmt: str, label: str, lenient: bool) -> Iterator
                     ) from err
                 text, invalid = line.decode("utf-8", errors="replace"), True
             text = text.removesuffix("\n").removesuffix("\r")
+            if fmt in TSV_FORMATS:
+                fields = text.split("\t")
+                if len(fields) != 2:
+                    raise DamagedFileError(
+                        f"{label}: line {n}: expected source<TAB>target (one tab), found "
+                        f"{len(fields) - 1} tabs; fix the line or remove it"
+                    )
+                text = fields[column or 0]
             if fmt == "sgml":
                 if not text.startswith("<seg "):
                     continue
@@ -118,13 +131,16 @@ def iter_lines(raw_dir: str | Path, side: Side, *, lenient: bool = False) -> Ite
         if not path.is_file():
             raise DamagedFileError(f"{path}: raw file not found (run the download stage)")
         with open(path, "rb") as raw:
-            yield from _split_lines(raw, side.format, label, lenient)
+            yield from _split_lines(raw, side.format, label, lenient, side.column)
     else:
         with open_member(path, side.member) as raw:
-            yield from _split_lines(raw, side.format, label, lenient)
+            yield from _split_lines(raw, side.format, label, lenient, side.column)
 
 
 def side_label(raw_dir: str | Path, side: Side) -> str:
-    """``<raw_dir>/<file>`` or ``<raw_dir>/<archive>:<member>``: how errors name a side."""
+    """``<raw_dir>/<file>`` or ``<raw_dir>/<archive>:<member>``: how errors name a side (a
+    linked local file by its own path, the one its owner knows)."""
     path = Path(raw_dir) / side.file
+    if path.is_symlink():
+        path = path.resolve()
     return str(path) if side.member is None else f"{path}:{side.member}"

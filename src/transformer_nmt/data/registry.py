@@ -6,12 +6,17 @@
 A file's checksums: ``sha256`` (64 hex digits or null) and, optionally, ``md5`` (32 hex digits,
 or ``sacrebleu``: the md5 that the installed sacrebleu's dataset table, ``DATASETS``, pins for
 the same URL, looked up when the registry is read, so that nobody copies it by hand).
+
+A user's own corpus (``data/local.py``) is a dataset whose files have a local ``path`` instead
+of a ``url`` (read in place: the download stage links them), whose sides may be the two columns
+of one TSV file (``format: tsv`` or ``tsv-gzip`` with ``column: 0`` or ``1``), and whose pair may
+carve its valid and test sets out of the training data (``carve: {<split>: size}``, ``carve_seed``).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +24,9 @@ import yaml
 
 from transformer_nmt.errors import ConfigError
 
-FORMATS = ("text", "gzip", "sgml")
+FORMATS = ("text", "gzip", "sgml", "tsv", "tsv-gzip")
+TSV_FORMATS = ("tsv", "tsv-gzip")  # one file, source <TAB> target; each side reads one column
+TEST_OVERLAP_POLICIES = ("warn", "error")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
 MD5_FROM_SACREBLEU = "sacrebleu"
@@ -28,16 +35,22 @@ MD5_FROM_SACREBLEU = "sacrebleu"
 @dataclass(frozen=True)
 class FileSpec:
     """A file to download: its name under ``resources/<dataset>/``, URL, sha256 and md5 (each
-    None when not published)."""
+    None when not published). A local file (``path``, absolute) is linked, not downloaded; its
+    ``url`` is then the path's ``file://`` URI (the MLflow dataset source)."""
 
     name: str
     url: str
     sha256: str | None
     md5: str | None = None
+    path: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The entry as written under ``files:`` in the registry (md5 resolved, when set)."""
-        entry = {"url": self.url, "sha256": self.sha256}
+        entry: dict[str, Any] = (
+            {"url": self.url, "sha256": self.sha256}
+            if self.path is None
+            else {"path": self.path, "sha256": self.sha256}
+        )
         return entry if self.md5 is None else {**entry, "md5": self.md5}
 
 
@@ -66,14 +79,17 @@ def _parse_md5(value: Any, url: str, where: str) -> str | None:
 
 @dataclass(frozen=True)
 class Side:
-    """One language side of a corpus: a file, optionally a member inside a tar archive."""
+    """One language side of a corpus: a file, optionally a member inside a tar archive; for a
+    TSV file, the column (0: source, 1: target) this side reads."""
 
     file: str
     member: str | None
-    format: str  # text | gzip | sgml
+    format: str  # text | gzip | sgml | tsv | tsv-gzip
+    column: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "member": self.member, "format": self.format}
+        entry = {"file": self.file, "member": self.member, "format": self.format}
+        return entry if self.column is None else {**entry, "column": self.column}
 
 
 @dataclass(frozen=True)
@@ -90,15 +106,28 @@ class Pair:
     name: str  # "en-de"
     src: str
     tgt: str
-    splits: dict[str, list[Corpus]]  # train, valid, every test set
+    splits: dict[str, list[Corpus]]  # train, valid, every test set read from files
+    # splits drawn from the (cleaned) training data, split -> pairs, in this order (data/local.py)
+    carve: dict[str, int] = field(default_factory=dict)
+    carve_seed: int = 1
+    test_overlap: str = "warn"  # a test pair also in train: warn (count in the log) | error
+
+    def split_names(self) -> list[str]:
+        """Every split prepare writes: those read from files, then the carved ones."""
+        return [*self.splits, *self.carve]
 
     def to_dict(self) -> dict[str, Any]:
         """The pair as written under ``pairs:`` in the registry."""
-        return {
+        entry: dict[str, Any] = {
             "splits": {
                 split: [c.to_dict() for c in corpora] for split, corpora in self.splits.items()
             }
         }
+        if self.carve:
+            entry.update(carve=dict(self.carve), carve_seed=self.carve_seed)
+        if self.test_overlap != "warn":
+            entry["test_overlap"] = self.test_overlap
+        return entry
 
 
 @dataclass(frozen=True)
@@ -108,6 +137,11 @@ class Dataset:
     files: dict[str, FileSpec]
     pairs: dict[str, Pair]
     test_splits: list[str]
+
+    @property
+    def local(self) -> bool:
+        """A user's own corpus (files on this machine, ``data/local.py``)."""
+        return any(spec.path is not None for spec in self.files.values())
 
     def pair(self, name: str) -> Pair:
         if name not in self.pairs:
@@ -140,12 +174,21 @@ def _parse_dataset(name: str, raw: Any, where: str) -> Dataset:
     for fname, spec in _expect(raw["files"], dict, f"{where}.files").items():
         fw = f"{where}.files.{fname}"
         _expect(spec, dict, fw)
-        _keys(spec, {"url", "sha256"}, {"md5"}, fw)
+        if "path" in spec:  # a local file (data/local.py): linked, not downloaded
+            _keys(spec, {"path", "sha256"}, set(), fw)
+        else:
+            _keys(spec, {"url", "sha256"}, {"md5"}, fw)
         if "/" in fname or fname in (".", ".."):
             raise ConfigError(f"{fw}: file names must be plain names without '/'")
         sha = spec["sha256"]
         if sha is not None and not (isinstance(sha, str) and _SHA256.match(sha)):
             raise ConfigError(f"{fw}.sha256: expected 64 lowercase hex digits or null")
+        if "path" in spec:
+            local = Path(_expect(spec["path"], str, f"{fw}.path"))
+            if not local.is_absolute():
+                raise ConfigError(f"{fw}.path: expected an absolute path, got {str(local)!r}")
+            files[fname] = FileSpec(fname, local.as_uri(), sha, None, str(local))
+            continue
         url = _expect(spec["url"], str, f"{fw}.url")
         md5 = _parse_md5(spec.get("md5"), url, f"{fw}.md5")
         files[fname] = FileSpec(fname, url, sha, md5)
@@ -156,7 +199,7 @@ def _parse_dataset(name: str, raw: Any, where: str) -> Dataset:
         if len(langs) != 2 or not all(langs):
             raise ConfigError(f"{pw}: a pair is named <src>-<tgt>, e.g. en-de")
         _expect(praw, dict, pw)
-        _keys(praw, {"splits"}, set(), pw)
+        _keys(praw, {"splits"}, {"carve", "carve_seed", "test_overlap"}, pw)
         splits: dict[str, list[Corpus]] = {}
         for split, corpora in _expect(praw["splits"], dict, f"{pw}.splits").items():
             sw = f"{pw}.splits.{split}"
@@ -165,16 +208,37 @@ def _parse_dataset(name: str, raw: Any, where: str) -> Dataset:
             splits[split] = [
                 _parse_corpus(c, langs, files, f"{sw}[{i}]") for i, c in enumerate(corpora)
             ]
-        for needed in ("train", "valid"):
-            if needed not in splits:
-                raise ConfigError(f"{pw}.splits: missing split {needed!r}")
-        pairs[pname] = Pair(pname, langs[0], langs[1], splits)
+        carve = _parse_carve(praw.get("carve", {}), splits, f"{pw}.carve")
+        seed = _expect(praw.get("carve_seed", 1), int, f"{pw}.carve_seed")
+        policy = praw.get("test_overlap", "warn")
+        if policy not in TEST_OVERLAP_POLICIES:
+            raise ConfigError(
+                f"{pw}.test_overlap: {policy!r} is not one of {TEST_OVERLAP_POLICIES}"
+            )
+        if "train" not in splits:
+            raise ConfigError(f"{pw}.splits: missing split 'train'")
+        if "valid" not in splits and "valid" not in carve:
+            raise ConfigError(f"{pw}.splits: missing split 'valid' (or carve it: carve.valid)")
+        pairs[pname] = Pair(pname, langs[0], langs[1], splits, carve, seed, policy)
     tests = _expect(raw.get("test_splits", []), list, f"{where}.test_splits")
     for pair in pairs.values():
         for split in tests:
-            if split not in pair.splits:
+            if split not in pair.split_names():
                 raise ConfigError(f"{where}.test_splits: pair {pair.name} has no split {split!r}")
     return Dataset(name, str(raw.get("description", "")), files, pairs, list(tests))
+
+
+def _parse_carve(raw: Any, splits: dict[str, list[Corpus]], where: str) -> dict[str, int]:
+    """``carve: {<split>: pairs}``: splits drawn from the training data, none also read from
+    files, each of at least one pair."""
+    carve = {}
+    for split, size in _expect(raw, dict, where).items():
+        if split == "train" or split in splits:
+            raise ConfigError(f"{where}.{split}: the split is also read from files (or is train)")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ConfigError(f"{where}.{split}: expected a number of pairs >= 1, got {size!r}")
+        carve[str(split)] = size
+    return carve
 
 
 def _parse_corpus(raw: Any, langs: list[str], files: dict[str, FileSpec], where: str) -> Corpus:
@@ -184,7 +248,7 @@ def _parse_corpus(raw: Any, langs: list[str], files: dict[str, FileSpec], where:
     for lang in langs:
         lw = f"{where}.{lang}"
         side = _expect(raw[lang], dict, lw)
-        _keys(side, {"file", "format"}, {"member"}, lw)
+        _keys(side, {"file", "format"}, {"member", "column"}, lw)
         if side["file"] not in files:
             raise ConfigError(f"{lw}.file: {side['file']!r} is not listed under files")
         if side["format"] not in FORMATS:
@@ -192,12 +256,15 @@ def _parse_corpus(raw: Any, langs: list[str], files: dict[str, FileSpec], where:
         member = side.get("member")
         if member is not None:
             _expect(member, str, f"{lw}.member")
-        sides[lang] = Side(side["file"], member, side["format"])
+        column = side.get("column")
+        if (side["format"] in TSV_FORMATS) != (column in (0, 1)):
+            raise ConfigError(f"{lw}.column: a TSV side (and only a TSV side) names column 0 or 1")
+        sides[lang] = Side(side["file"], member, side["format"], column)
     return Corpus(str(raw["name"]), sides)
 
 
-def load_registry(path: str | Path) -> dict[str, Dataset]:
-    """Parse and validate ``config/datasets.yaml``: dataset name -> Dataset."""
+def read_registry(path: str | Path) -> dict[str, Any]:
+    """The registry file's YAML, unparsed (dataset name -> entry); ConfigError naming the file."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -205,8 +272,17 @@ def load_registry(path: str | Path) -> dict[str, Dataset]:
         raise ConfigError(f"{path}: cannot read the dataset registry ({err})") from err
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: invalid YAML ({err})") from err
-    _expect(raw, dict, str(path))
-    return {name: _parse_dataset(name, d, f"{path}: {name}") for name, d in raw.items()}
+    return _expect(raw, dict, str(path))
+
+
+def parse_registry(raw: dict[str, Any], where: str) -> dict[str, Dataset]:
+    """Validate a registry's entries (``read_registry``'s): dataset name -> Dataset."""
+    return {name: _parse_dataset(name, d, f"{where}: {name}") for name, d in raw.items()}
+
+
+def load_registry(path: str | Path) -> dict[str, Dataset]:
+    """Parse and validate ``config/datasets.yaml``: dataset name -> Dataset."""
+    return parse_registry(read_registry(path), str(path))
 
 
 def get_dataset(path: str | Path, name: str) -> Dataset:

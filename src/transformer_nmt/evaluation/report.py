@@ -44,6 +44,7 @@ PAPER_TABLE2: dict[tuple[str, str, str], float] = {
 PAPER_TEST_SET = "newstest2014"
 
 _SCORE_KEYS = ("bleu", "chrf", "bleu_paper", "bleu_lc_tok")
+_TOKENIZED_KEYS = ("bleu_paper", "bleu_lc_tok")  # null where Moses tokenization is undefined
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class ReportRow:
     pair: str | None
     preset: str | None
     sentences: int
-    scores: dict[str, float]  # key in _SCORE_KEYS -> score
+    scores: dict[str, float | None]  # key in _SCORE_KEYS -> score (None: undefined)
     signatures: dict[str, str]  # "bleu"/"chrf" -> sacreBLEU signature
     # key in _SCORE_KEYS -> the 95% bootstrap interval (low, high), when the scores file has it
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -82,10 +83,14 @@ def load_row(path: str | Path, experiments: Mapping[str, Mapping[str, Any]]) -> 
     if not isinstance(data, dict):
         raise DataError(f"{path}: expected a JSON object")
     experiment = path.parent.name
-    scores: dict[str, float] = {}
+    scores: dict[str, float | None] = {}
     intervals: dict[str, tuple[float, float]] = {}
     for key in _SCORE_KEYS:
         entry = _require(data, key, path)
+        # Moses tokenization is not defined for the target language: "—"
+        if key in _TOKENIZED_KEYS and isinstance(entry, dict) and entry.get("score") is None:
+            scores[key] = None
+            continue
         if not isinstance(entry, dict) or not isinstance(entry.get("score"), int | float):
             raise DataError(f"{path}: key '{key}' has no numeric 'score'")
         scores[key] = float(entry["score"])
@@ -142,7 +147,7 @@ def _fmt(value: float | None) -> str:
 def _score_cell(row: ReportRow, key: str) -> str:
     """ "35.25 [34.10, 36.42]": the score and its 95% bootstrap interval, when known."""
     interval = row.intervals.get(key)
-    if interval is None:
+    if interval is None or row.scores[key] is None:
         return _fmt(row.scores[key])
     return f"{row.scores[key]:.2f} [{interval[0]:.2f}, {interval[1]:.2f}]"
 

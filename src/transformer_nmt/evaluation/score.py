@@ -2,8 +2,12 @@
 
 Three views of the same hypotheses:
 
-- ``bleu`` and ``chrf``: sacreBLEU on detokenised text with its default 13a tokenisation, with the
-  metric signature. This is the primary, reproducible number (Post, 2018).
+- ``bleu`` and ``chrf``: sacreBLEU on detokenised text, with the metric signature. This is the
+  primary, reproducible number (Post, 2018). BLEU's tokenisation follows the target language
+  (``bleu_tokenizer``, sacreBLEU's own defaults): ``zh`` for Chinese, ``ja-mecab`` / ``ko-mecab``
+  for Japanese / Korean (``char`` where sacreBLEU's extra ``sacrebleu[ja]`` / ``[ko]`` is not
+  installed), ``char`` for the scripts written without spaces between words (Thai, Lao, Khmer,
+  Burmese, Tibetan), ``13a`` otherwise; the signature names it (``tok:``).
 - ``bleu_paper``: what the paper reported (§6.1, Table 2). The paper's scores came from
   tensor2tensor's ``get_ende_bleu.sh``: Moses ``tokenizer.perl -l <lang>`` on hypotheses and
   references, compound splitting ``a-b`` -> ``a ##AT##-##AT## b``, then ``multi-bleu.perl``
@@ -13,6 +17,10 @@ Three views of the same hypotheses:
   literature reports. Close to, not equal to, ``multi-bleu.perl -lc``: sacreBLEU lowercases
   with Python's ``str.lower`` (every letter, ``Ä`` -> ``ä``), Perl's ``lc`` without a UTF-8
   locale only ASCII letters, so German nouns with umlauts may count differently.
+
+The two tokenized BLEUs are defined only where Moses tokenization is (languages that separate
+words with spaces, ``moses_tokenizable``); elsewhere their ``score`` is null (the report shows
+"—") and ``method`` says why.
 
 Each score also carries its **95% bootstrap interval** (``ci95``), sacreBLEU's own
 ``corpus_score(..., n_bootstrap=N)`` (the ``sacrebleu --confidence`` code path, Koehn 2004): N
@@ -32,8 +40,9 @@ from typing import Any
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesTokenizer
 
-from transformer_nmt.errors import DataError
+from transformer_nmt.errors import ConfigError, DataError
 from transformer_nmt.io_utils import read_lines
+from transformer_nmt.languages import space_separated
 
 DEFAULT_RESAMPLES = 1000  # sacreBLEU's --confidence-n default
 
@@ -52,6 +61,60 @@ LC_TOK_BLEU_METHOD = (
     "(sacreBLEU tokenize=none, lowercase of every letter, smooth=none) ~ multi-bleu.perl -lc "
     "(which lowercases ASCII letters only)"
 )
+
+
+# sacreBLEU's own choices (BLEU(trg_lang=...)): zh, ja-mecab, ko-mecab; every other language
+# written without spaces between words (languages.UNSEGMENTED): char; the rest 13a.
+_TOKENIZER_BY_LANGUAGE = {"zh": "zh", "yue": "zh", "cmn": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}
+_NEEDS_EXTRA = {"ja-mecab": "sacrebleu[ja]", "ko-mecab": "sacrebleu[ko]"}
+
+
+def tokenizer_available(name: str) -> bool:
+    """Whether sacreBLEU can build tokenizer ``name`` here (the MeCab ones need an extra)."""
+    try:
+        BLEU(tokenize=name)
+    except (RuntimeError, ImportError, ModuleNotFoundError):
+        return False
+    return True
+
+
+def bleu_tokenizer(tgt_lang: str, requested: str = "auto") -> str:
+    """sacreBLEU's tokenizer for BLEU on ``tgt_lang`` (see the module docstring); ``requested``
+    other than ``auto`` is checked (ConfigError naming it when sacreBLEU has no such tokenizer
+    or lacks its extra dependency)."""
+    if requested != "auto":
+        from sacrebleu.metrics.bleu import _TOKENIZERS
+
+        if requested not in _TOKENIZERS:
+            raise ConfigError(
+                f"bleu_tokenize: sacreBLEU has no tokenizer {requested!r} "
+                f"(it has: auto, {', '.join(_TOKENIZERS)})"
+            )
+        if not tokenizer_available(requested):
+            extra = _NEEDS_EXTRA.get(requested, "its dependencies")
+            raise ConfigError(
+                f"bleu_tokenize: sacreBLEU's tokenizer {requested!r} needs {extra}: "
+                f"pip install '{extra}', or choose auto"
+            )
+        return requested
+    chosen = _TOKENIZER_BY_LANGUAGE.get(tgt_lang, "13a" if space_separated(tgt_lang) else "char")
+    if chosen in _NEEDS_EXTRA and not tokenizer_available(chosen):
+        return "char"  # sacreBLEU's extra is not installed: characters, named in the signature
+    return chosen
+
+
+def moses_tokenizable(tgt_lang: str) -> bool:
+    """Whether Moses tokenization (the paper's tokenized BLEU) is defined for ``tgt_lang``:
+    the language separates words with spaces."""
+    return space_separated(tgt_lang)
+
+
+def undefined_score(tgt_lang: str) -> dict[str, Any]:
+    """A tokenized BLEU where Moses tokenization is not defined: no score, and why."""
+    return {
+        "score": None,
+        "method": f"not defined for '{tgt_lang}': Moses tokenization needs spaces between words",
+    }
 
 
 @dataclass(frozen=True)
@@ -129,8 +192,11 @@ def score_lines(
     if not hyps:
         raise DataError("nothing to score: no sentences")
 
-    bleu = _bleu_dict(BLEU(), hyps, refs, resamples)
+    bleu = _bleu_dict(BLEU(tokenize=bleu_tokenizer(tgt_lang)), hyps, refs, resamples)
     _, chrf = _score_dict(CHRF(), hyps, refs, resamples)
+    if not moses_tokenizable(tgt_lang):
+        none = undefined_score(tgt_lang)
+        return ScoreSet(len(hyps), bleu, chrf, dict(none), dict(none))
 
     hyps_tok = moses_tokenize(hyps, tgt_lang)
     refs_tok = moses_tokenize(refs, tgt_lang)

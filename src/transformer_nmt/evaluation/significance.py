@@ -63,10 +63,12 @@ def paired_bootstrap(
     system: Sequence[Sequence[str]],
     references: Sequence[str],
     resamples: int = DEFAULT_RESAMPLES,
+    tokenize: str = "13a",
 ) -> tuple[BootstrapResult, BootstrapResult, str]:
     """sacreBLEU's paired bootstrap of ``system`` against ``baseline`` (each a list of runs,
-    one hypothesis list per seed) on ``references``; returns (baseline result, system result,
-    the test's signature). Runs are concatenated as the module docstring says."""
+    one hypothesis list per seed) on ``references``, BLEU with tokenizer ``tokenize`` (the
+    target language's, ``evaluation.score.bleu_tokenizer``); returns (baseline result, system
+    result, the test's signature). Runs are concatenated as the module docstring says."""
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
@@ -81,7 +83,7 @@ def paired_bootstrap(
     sys_lines = concatenate_runs(system, copies, "system")
     test = PairedTest(
         [("baseline", base_lines), ("system", sys_lines)],
-        {"BLEU": BLEU()},
+        {"BLEU": BLEU(tokenize=tokenize)},
         references=[list(references) * copies],
         test_type="bs",
         n_samples=resamples,

@@ -70,7 +70,9 @@ def data_inputs(
     mirror = resolve_mirror(None)
     inputs: dict[tuple[str, str], DataInput] = {}
     for split, context in contexts.items():
-        for corpus in pair.splits.get(split, []):
+        # a split carved out of the training data (a local dataset's) comes from train's files
+        from_files = split if split in pair.splits or split not in pair.carve else "train"
+        for corpus in pair.splits.get(from_files, []):
             for side in corpus.sides.values():
                 spec = dataset.files[side.file]
                 sha256 = expected_sha256(spec, lock, raw_dir)

@@ -22,6 +22,7 @@ import lightning as L
 import torch
 
 from transformer_nmt.errors import UserFacingError
+from transformer_nmt.evaluation.score import bleu_tokenizer
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.runs.checkpoints import LEARNING_KEY, stack_former_optimizer_state
@@ -261,7 +262,9 @@ class TranslationModule(L.LightningModule):
                 out = greedy_search(self.model, src, max_len_b=settings.max_len_b, **ids)
             hyps.extend(sp.decode(list(map(int, tokens))) for tokens in out)
             refs.extend(sp.decode(data.tgt[i].astype(int).tolist()) for i in batch)
-        return float(sacrebleu.corpus_bleu(hyps, [refs]).score)
+        # BLEU tokenised for the target language, as the score stage does
+        tokenize = bleu_tokenizer(getattr(self.trainer.datamodule, "tgt_lang", ""))
+        return float(sacrebleu.corpus_bleu(hyps, [refs], tokenize=tokenize).score)
 
     # --- optimisation (§5.3) -------------------------------------------------------------------
 
