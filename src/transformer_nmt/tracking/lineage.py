@@ -3,7 +3,9 @@
 ``data_record`` gives the data-stage settings (params) and the checksums of the token arrays
 (tags). ``data_inputs`` names the raw corpus files behind a run's splits as MLflow dataset
 inputs (the run page's *Datasets*): one per file and use, its source the file's URL (or its
-path in the mirror, ``$TRANSFORMER_NMT_MIRROR``, when one is set), its digest the file's sha256
+path in the mirror, ``$TRANSFORMER_NMT_MIRROR``, when one is set; a local dataset's file its
+``file://`` URI; a split carved out of the training data the training files, named
+``<dataset>/<file> (<split>, carved)``), its digest the file's sha256
 (the registry's, else ``resources/<dataset>/checksums.lock.json``'s; MLflow keeps at most 36
 characters of a digest, so its first 36 hex digits, the whole sum in the input's tag
 ``transformer_nmt.sha256``), its context ``training``, ``validation`` or ``test``.
@@ -78,8 +80,13 @@ def data_inputs(
                 sha256 = expected_sha256(spec, lock, raw_dir)
                 if sha256 is None or (spec.name, context) in inputs:
                     continue
-                source = str((mirror / dataset.name / spec.name).resolve()) if mirror else spec.url
+                mirrored = mirror is not None and spec.path is None  # a local file: its own
+                source = (
+                    str((mirror / dataset.name / spec.name).resolve()) if mirrored else spec.url
+                )
                 name = f"{dataset.name}/{spec.name}"
+                if from_files != split:  # MLflow keeps one input per dataset: name the split
+                    name += f" ({split}, carved)"
                 inputs[(spec.name, context)] = DataInput(name, source, sha256, context, split)
     return list(inputs.values())
 

@@ -1,0 +1,147 @@
+"""The demo two ways: Multi30k from the registry, and the same files declared as a user's own
+corpus (config ``datasets:``, ``data/local.py``). Issue 35's check that a local dataset is read
+exactly as a registry one: the whole DAG of ``config/config.yaml`` runs once per way, each in its
+own working directory, and every test set's scores and hypotheses must agree to the last digit.
+
+    python benchmarks/bench_local_dataset.py --mirror ../shared/data
+
+Prints a table (BLEU, chrF, tokenized BLEU per way and test set, minutes per DAG) and writes
+``benchmarks/out/local_dataset.json`` with the machine, the commit and the command. Takes two
+demo runs (~8 minutes each on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+LOCAL_NAME = "multi30k_local"
+
+
+def local_config(config: dict[str, Any], mirror: Path) -> dict[str, Any]:
+    """``config`` with its Multi30k experiments moved onto the mirror's files as a local
+    dataset: the same files, declared by path (prefixes of ``<split>.<lang>.gz``)."""
+    files = mirror / "multi30k"
+    out = copy.deepcopy(config)
+    pairs = {e["pair"] for e in out["experiments"].values() if e["dataset"] == "multi30k"}
+    (pair,) = pairs
+    tests = sorted({t for e in out["experiments"].values() for t in e["test_sets"]})
+    out["datasets"] = {
+        LOCAL_NAME: {
+            "pair": pair,
+            "train": str(files / "train"),
+            "valid": str(files / "val"),
+            "test": {name: str(files / name) for name in tests},
+        }
+    }
+    out["data"] = {LOCAL_NAME: out["data"]["multi30k"]}
+    for exp in out["experiments"].values():
+        exp["dataset"] = LOCAL_NAME
+    out["data_mirror"] = None
+    return out
+
+
+def run_dag(config: dict[str, Any], workdir: Path, mirror: Path | None) -> float:
+    """The whole DAG of ``config`` in ``workdir``; returns its minutes."""
+    workdir.mkdir(parents=True)
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "all"]
+    cmd += ["--configfile", str(path), "--quiet", "rules"]
+    if mirror is not None:
+        cmd += ["--config", f"data_mirror={mirror}"]
+    env_path = f"{Path(sys.executable).parent}:{subprocess.os.environ.get('PATH', '')}"
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=workdir, check=True, env={**subprocess.os.environ, "PATH": env_path})
+    return (time.perf_counter() - start) / 60
+
+
+def machine() -> dict[str, Any]:
+    cpuinfo = (
+        Path("/proc/cpuinfo").read_text(encoding="utf-8") if Path("/proc/cpuinfo").is_file() else ""
+    )
+    model = re.search(r"model name\s*:\s*(.*)", cpuinfo)
+    flags = (
+        set(re.search(r"flags\s*:\s*(.*)", cpuinfo).group(1).split())
+        if "flags" in cpuinfo
+        else set()
+    )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "cpu": model.group(1) if model else platform.processor(),
+        "flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}),
+        "cores": len(__import__("os").sched_getaffinity(0)),
+        "commit": commit,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mirror", type=Path, required=True, help="holds multi30k/<files>")
+    parser.add_argument("--config", type=Path, default=REPO / "config" / "config.yaml")
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "benchmarks" / "out" / "local_dataset.json"
+    )
+    args = parser.parse_args()
+    mirror = args.mirror.resolve()
+    config = yaml.safe_load(args.config.read_text(encoding="utf-8"))
+    ways = {"registry": (config, mirror), "local": (local_config(config, mirror), None)}
+    rows, minutes = [], {}
+    with tempfile.TemporaryDirectory(prefix="bench_local_dataset.") as tmp:
+        results: dict[str, dict[str, Any]] = {}
+        for way, (cfg, way_mirror) in ways.items():
+            minutes[way] = run_dag(cfg, Path(tmp) / way, way_mirror)
+            runs = Path(tmp) / way / "results" / "runs"
+            results[way] = {
+                str(p.relative_to(runs)): (
+                    json.loads(p.read_text()),
+                    p.with_suffix("").with_suffix(".hyp").read_text(),
+                )
+                for p in sorted(runs.glob("*/*.scores.json"))
+            }
+        for key in sorted(results["registry"]):
+            reg, reg_hyp = results["registry"][key]
+            loc, loc_hyp = results["local"][key]
+            row = {"scores": key, "same_hypotheses": reg_hyp == loc_hyp}
+            for metric in ("bleu", "chrf", "bleu_lc_tok"):
+                row[f"{metric}_registry"] = reg[metric]["score"]
+                row[f"{metric}_local"] = loc[metric]["score"]
+            rows.append(row)
+    same = all(r["same_hypotheses"] and r["bleu_registry"] == r["bleu_local"] for r in rows)
+    header = ("test set", "BLEU reg", "BLEU local", "lc tok reg", "lc tok local", "same hyps")
+    print(f"{header[0]:<40} " + " ".join(f"{h:>12}" for h in header[1:]))
+    for r in rows:
+        values = [r[f"{m}_{w}"] for m in ("bleu", "bleu_lc_tok") for w in ("registry", "local")]
+        print(f"{r['scores']:<40} " + " ".join(f"{v:>12.4f}" for v in values)
+              + f" {r['same_hypotheses']!s:>12}")  # fmt: skip
+    print(f"minutes per DAG: registry {minutes['registry']:.1f}, local {minutes['local']:.1f}")
+    print("identical to the last digit" if same else "DIFFERENT")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "command": " ".join(["python", *sys.argv]),
+        "machine": machine(),
+        "minutes": minutes,
+        "rows": rows,
+        "identical": same,
+    }
+    args.out.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+    sys.exit(0 if same else 1)
+
+
+if __name__ == "__main__":
+    main()
