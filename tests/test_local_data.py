@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -244,7 +245,7 @@ def test_check_config_reads_the_data_before_any_job(
     assert main(["check-config", str(config)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"error: {config}: datasets.own: ")
-    assert __import__("re").search(message, line), line
+    assert re.search(message, line), line
     (tmp_path / "c.tsv").unlink()  # a missing file: named with its key, before any data check
     assert main(["check-config", str(config)]) == 2
     assert "config: datasets.own.train[0]: " in capsys.readouterr().err
@@ -434,3 +435,76 @@ def test_the_whole_dag_on_file_pairs_in_a_non_latin_script(
     files = [data / f"{s}.en" for s in ("train", "val", "test_2016_flickr")]
     files += [data / f"{s}.zh.gz" for s in ("train", "val", "test_2016_flickr")]
     assert sources == {path.as_uri() for path in files}
+
+
+# --- the starter config -----------------------------------------------------------------------
+
+EXAMPLE = REPO_ROOT / "config" / "experiments" / "own_data_example.yaml"
+
+
+def _starter(tmp_path: Path, shared_mirror: Path, n: int = 2500) -> Path:
+    """The starter config in a working directory holding the file it names (Multi30k pairs)."""
+    (tmp_path / "data").mkdir()
+    pairs = zip(_multi30k(shared_mirror, "train", "en", n),
+                _multi30k(shared_mirror, "train", "de", n), strict=True)  # fmt: skip
+    _write_tsv(tmp_path / "data" / "my_corpus.tsv", list(pairs))
+    config = tmp_path / "own_data_example.yaml"
+    config.write_text(EXAMPLE.read_text(encoding="utf-8"), encoding="utf-8")
+    return config
+
+
+def test_the_starter_config_checks_plans_and_dry_runs_as_the_readme_says(
+    tmp_path: Path, shared_mirror: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    block = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))["datasets"]["my_corpus"]
+    lines = [ln for ln in EXAMPLE.read_text().split("datasets:\n", 1)[1].split("\n\n")[0]
+             .splitlines() if not ln.strip().startswith("#")]  # fmt: skip
+    assert len(lines) <= 10 and set(block) == {"pair", "train", "valid", "test"}
+    config = _starter(tmp_path, shared_mirror)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check-config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "my_corpus en-de: pairs read: train 2500; carved from train: valid 1000, test 1000" in out
+    )
+    assert main(["plan", "--configfile", str(config), "--estimate-only"]) == 0
+    assert "my_corpus_tiny" in capsys.readouterr().out
+    snakemake = Path(sys.executable).with_name("snakemake")
+    result = subprocess.run(
+        [str(snakemake), "-n", "--cores", "2", "--snakefile", str(REPO_ROOT / "Snakefile"),
+         "--configfile", str(config)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    for rule in ("download_my_corpus", "prepare_my_corpus_en_de", "spm_train", "train", "score"):
+        assert re.search(rf"^{rule}\s+\d+$", result.stdout, re.M), result.stdout[-3000:]
+
+
+def test_every_study_key_works_on_a_local_dataset(tmp_path: Path, shared_mirror: Path) -> None:
+    """Seeds, Table 3 and significance expand over a local dataset as over the registry's."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "pipeline", REPO_ROOT / "workflow" / "lib" / "pipeline.py"
+    )
+    paths = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(paths)
+    config = yaml.safe_load(_starter(tmp_path, shared_mirror, n=300).read_text())
+    config["datasets"]["my_corpus"].update(train=str(tmp_path / "data" / "my_corpus.tsv"),
+                                           valid=20, test=20)  # fmt: skip
+    exp = config["experiments"]["my_corpus_tiny"]
+    exp["train"].update(val_beam_bleu_every_steps=1600)
+    exp["seeds"] = [1, 2]
+    config["table3"] = {"base": "my_corpus_tiny", "rows": ["C1"]}
+    config["significance"] = {"baseline": "my_corpus_tiny"}
+    pipeline = paths.Pipeline(config, REPO_ROOT)
+    assert pipeline.experiments() == [
+        "my_corpus_tiny.C1.seed1", "my_corpus_tiny.C1.seed2",
+        "my_corpus_tiny.seed1", "my_corpus_tiny.seed2",
+    ]  # fmt: skip
+    assert pipeline.experiment("my_corpus_tiny.C1.seed2")["model_overrides"]["N"] == 2
+    assert pipeline.report_studies()["significance"]["runs"]["my_corpus_tiny.C1"] == [
+        "my_corpus_tiny.C1.seed1", "my_corpus_tiny.C1.seed2",
+    ]  # fmt: skip
+    assert pipeline.splits("my_corpus", "en-de") == ["train", "valid", "test"]
