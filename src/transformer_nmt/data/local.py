@@ -166,21 +166,16 @@ def registry_entry(name: str, raw: Any, base_dir: str | Path = ".") -> dict[str,
     carve: dict[str, int] = {}
     tests = raw["test"]
     named_tests = isinstance(tests, dict) and set(tests) != set(langs)
-    wanted = {
-        "train": (raw["train"], False),
-        "valid": (raw["valid"], True),
-        **(
-            {str(k): (v, True) for k, v in tests.items()}
-            if named_tests
-            else {DEFAULT_TEST_SET: (tests, True)}
-        ),
-    }
-    for split, (spec, carvable) in wanted.items():
-        key = (
-            f"{where}.test.{split}"
-            if named_tests and split not in ("train", "valid")
-            else (f"{where}.{split}" if split in ("train", "valid") else f"{where}.test")
-        )
+    # (split, spec, may it be carved, its config key)
+    wanted = [
+        ("train", raw["train"], False, f"{where}.train"),
+        ("valid", raw["valid"], True, f"{where}.valid"),
+    ]
+    if named_tests:
+        wanted += [(str(k), v, True, f"{where}.test.{k}") for k, v in tests.items()]
+    else:
+        wanted.append((DEFAULT_TEST_SET, tests, True, f"{where}.test"))
+    for split, spec, carvable, key in wanted:
         value = _split(spec, langs, files, base, key, carvable)
         if isinstance(value, int):
             carve[split] = value
@@ -195,7 +190,7 @@ def registry_entry(name: str, raw: Any, base_dir: str | Path = ".") -> dict[str,
         "description": raw.get("description", f"local corpus {name} ({raw['pair']})"),
         "files": files.entries(),
         "pairs": {raw["pair"]: pair},
-        "test_splits": [s for s in wanted if s not in ("train", "valid")],
+        "test_splits": [split for split, *_ in wanted[2:]],
     }
 
 
@@ -248,8 +243,8 @@ def _corpus_pairs(
             first = first or n
             continue
         yield s, t
-    label = side_label(raw_dir, corpus.sides[pair.src])
-    _check_corpus_shares(label, corpus.name, n, broken, empty, first, limit)
+    labels = dict.fromkeys(side_label(raw_dir, corpus.sides[lang]) for lang in (pair.src, pair.tgt))
+    _check_corpus_shares(" + ".join(labels), corpus.name, n, broken, empty, first, limit)
 
 
 def check_pair(
