@@ -20,11 +20,11 @@ REPO = Path(workflow.basedir)
 # This file and every job use the package of this checkout (src/), also in the environments of
 # `--use-conda`, which install only the dependencies (environment.yml).
 SRC = str(REPO / "src")
-sys.path[:0] = [SRC, str(REPO / "workflow" / "lib")]
+sys.path[:0] = [SRC]
 
-import pipeline as paths  # noqa: E402  (the output path templates)
-from pipeline import Pipeline  # noqa: E402
 from transformer_nmt.errors import ConfigError  # noqa: E402
+from transformer_nmt.experiments import SCHEMA, Pipeline  # noqa: E402
+from transformer_nmt.experiments import paths  # noqa: E402  (the output path templates)
 
 # Deep-merging a recipe into the default config would also run the demo: load the default
 # only when no --configfile is given (``--config key=value`` still applies on top).
@@ -34,8 +34,8 @@ if not workflow.overwrite_configfiles:
 
 
 try:
-    validate(config, "workflow/schemas/config.schema.yaml")
-    pipeline = Pipeline(config, REPO)
+    validate(config, str(SCHEMA))
+    pipeline = Pipeline(config)
     pipeline.write_registry()  # with the config's own datasets: the registry the stages read
 except (WorkflowError, ConfigError) as err:
     # one line naming the key (validate's own message dumps the schema and the whole config)

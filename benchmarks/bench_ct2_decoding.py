@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from transformer_nmt.cli.translate import add_search_arguments, search_settings
+from transformer_nmt.cli.arguments import add_search_arguments, search_settings
 from transformer_nmt.inference.ct2 import Ct2Translator, export_ct2, import_ctranslate2
 from transformer_nmt.inference.translator import Translator
 from transformer_nmt.io_utils import read_lines, write_json

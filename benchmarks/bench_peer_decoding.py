@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from transformer_nmt.cli.translate import add_search_arguments, search_settings
+from transformer_nmt.cli.arguments import add_search_arguments, search_settings
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer_nmt.inference.translator import Translator
 from transformer_nmt.io_utils import read_lines, write_json

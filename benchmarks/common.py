@@ -16,10 +16,10 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 
-# --- the pipeline's file layout (workflow/lib/pipeline.py's path templates) -------------------
+# --- the pipeline's file layout (transformer_nmt.experiments.paths, the Snakefile's templates) --
 
-sys.path[:0] = [str(REPO / "src"), str(REPO / "workflow" / "lib")]
-import pipeline as layout  # noqa: E402  (the Snakefile's own path templates)
+sys.path[:0] = [str(REPO / "src")]
+from transformer_nmt.experiments import paths as layout  # noqa: E402
 
 
 def data_paths(exp: dict[str, Any]) -> dict[str, Any]:

@@ -76,6 +76,32 @@ def test_no_import_circle_between_modules() -> None:
     assert circles == []
 
 
+# cli/ modules that are not a stage: the dispatcher and the shared argument groups
+CLI_SHARED = {"transformer_nmt.cli", "transformer_nmt.cli.arguments"}
+
+
+def test_no_stage_cli_imports_another_stages_cli() -> None:
+    """A stage's CLI module imports the library and ``cli/arguments.py``, never another
+    stage's CLI module (what two stages share lives in the library or in ``arguments``)."""
+    stages = [n for n in MODULES if n.startswith("transformer_nmt.cli.") and n not in CLI_SHARED]
+    crossing = sorted(f"{a} -> {b}" for a in stages for b in GRAPH[a] if b in stages and b != a)
+    assert crossing == []
+
+
+def test_no_module_of_the_package_is_loaded_by_file_path() -> None:
+    """Every dependency is an import the graph above sees: nothing loads a file by its path
+    (``importlib.util.spec_from_file_location``, ``runpy``, ``exec``), which breaks where the
+    package is installed without its checkout."""
+    loaders = ("spec_from_file_location", "run_path", "SourceFileLoader")
+    found = sorted(
+        f"{name}: {word}"
+        for name, path in MODULES.items()
+        for word in loaders
+        if word in path.read_text(encoding="utf-8")
+    )
+    assert found == []
+
+
 def _rooms(prefix: str) -> list[str]:
     return [name for name in MODULES if name == prefix or name.startswith(prefix + ".")]
 

@@ -483,13 +483,8 @@ def test_the_starter_config_checks_plans_and_dry_runs_as_the_readme_says(
 
 def test_every_study_key_works_on_a_local_dataset(tmp_path: Path, shared_mirror: Path) -> None:
     """Seeds, Table 3 and significance expand over a local dataset as over the registry's."""
-    import importlib.util
+    from transformer_nmt.experiments import Pipeline
 
-    spec = importlib.util.spec_from_file_location(
-        "pipeline", REPO_ROOT / "workflow" / "lib" / "pipeline.py"
-    )
-    paths = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(paths)
     config = yaml.safe_load(_starter(tmp_path, shared_mirror, n=300).read_text())
     config["datasets"]["my_corpus"].update(train=str(tmp_path / "data" / "my_corpus.tsv"),
                                            valid=20, test=20)  # fmt: skip
@@ -498,7 +493,7 @@ def test_every_study_key_works_on_a_local_dataset(tmp_path: Path, shared_mirror:
     exp["seeds"] = [1, 2]
     config["table3"] = {"base": "my_corpus_tiny", "rows": ["C1"]}
     config["significance"] = {"baseline": "my_corpus_tiny"}
-    pipeline = paths.Pipeline(config, REPO_ROOT)
+    pipeline = Pipeline(config)
     assert pipeline.experiments() == [
         "my_corpus_tiny.C1.seed1", "my_corpus_tiny.C1.seed2",
         "my_corpus_tiny.seed1", "my_corpus_tiny.seed2",

@@ -2,7 +2,7 @@
 
 ``PAPER`` is the paper's column of the table (Vaswani et al. 2017), one entry per recipe in
 ``RECIPES``; ``effective_settings`` resolves a recipe the way the pipeline does (the config read
-and validated as the Snakefile reads it, ``transformer_nmt.cli.plan.load_pipeline``; the model
+and validated as the Snakefile reads it, ``transformer_nmt.experiments.load_pipeline``; the model
 from its preset and ``model_overrides``, ``model_config_from_spec``; the train keys as the train
 stage reads them, ``TrainConfig.from_dict``; the average and translate stages' flags parsed by
 their own CLI parsers; ``max_tokens: auto`` sized as ``plan`` sizes it). One test row per
@@ -226,8 +226,8 @@ def _vocab_type() -> str:
 @functools.cache
 def effective_settings(recipe: str) -> dict[str, Any]:
     """Every ``PAPER`` setting of ``recipe`` as the pipeline's stages would get it."""
-    from transformer_nmt.cli.plan import load_pipeline
-    from transformer_nmt.cli.translate import search_settings
+    from transformer_nmt.cli.arguments import search_settings
+    from transformer_nmt.experiments import load_pipeline
     from transformer_nmt.model.config import model_config_from_spec
     from transformer_nmt.model.transformer import shape_model
     from transformer_nmt.search.length_penalty import length_penalty

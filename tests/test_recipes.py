@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -15,6 +14,7 @@ import yaml
 
 from tests.conftest import REPO_ROOT
 from transformer_nmt.errors import ConfigError
+from transformer_nmt.experiments import Pipeline, paths
 
 # the starter config for a user's own corpus names files the user brings: tests/test_local_data.py
 RECIPES = sorted(
@@ -27,15 +27,6 @@ DEFAULT = REPO_ROOT / "config" / "config.yaml"
 
 def _load(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
-
-
-def _pipeline_module() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "pipeline", REPO_ROOT / "workflow" / "lib" / "pipeline.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _dry_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -163,9 +154,7 @@ def test_slurm_profile_runs_train_as_one_ddp_task_per_gpu(tmp_path: Path) -> Non
         assert resource in block
     # devices: auto and num_nodes: 1 take the 8 GPUs / 1 node that SLURM gives the job; the
     # train job reads them from the file of the (local, not submitted) train_config rule.
-    settings = (
-        _pipeline_module().Pipeline(_load(recipe), REPO_ROOT).train_config("wmt14_en_de_base")
-    )
+    settings = Pipeline(_load(recipe)).train_config("wmt14_en_de_base")
     assert settings["train"]["devices"] == "auto" and settings["train"]["num_nodes"] == 1
     assert "--config-file results/runs/wmt14_en_de_base/train_config.json " in train
 
@@ -221,8 +210,7 @@ def test_misspelled_top_level_key_is_one_short_line(tmp_path: Path) -> None:
 
 
 def test_pipeline_resolves_files_and_params() -> None:
-    paths = _pipeline_module()
-    pipeline = paths.Pipeline(_load(DEFAULT), REPO_ROOT)
+    pipeline = Pipeline(_load(DEFAULT))
     (name,) = pipeline.experiments()
     assert pipeline.data_pairs() == [("multi30k", "en-de")]
     assert pipeline.raw_files("multi30k")[0].startswith("resources/multi30k/")
@@ -248,7 +236,7 @@ def test_pipeline_resolves_files_and_params() -> None:
         == (raw["multi30k"]["pairs"]["en-de"])
     )
     with pytest.raises(ConfigError, match="cannot read the dataset registry"):
-        pipeline.__class__({**_load(DEFAULT), "registry": "/nonexistent.yaml"}, REPO_ROOT)
+        pipeline.__class__({**_load(DEFAULT), "registry": "/nonexistent.yaml"})
 
 
 def test_schema_knows_exactly_the_keys_of_the_stage_configs() -> None:
@@ -293,10 +281,10 @@ def test_search_flags_carry_early_stop_only_when_set() -> None:
     config = _load(DEFAULT)
     (name,) = config["experiments"]
     config["experiments"][name]["translate"]["alpha"] = 0.6
-    flags = _pipeline_module().Pipeline(config, REPO_ROOT).search_flags(name)
+    flags = Pipeline(config).search_flags(name)
     assert flags == "--beam 4 --alpha 0.6 --max-len-b 50 --max-tokens 4096"
     config["experiments"][name]["translate"]["early_stop"] = "best"
-    flags = _pipeline_module().Pipeline(config, REPO_ROOT).search_flags(name)
+    flags = Pipeline(config).search_flags(name)
     assert flags.endswith("--max-tokens 4096 --early-stop best")
     import snakemake.utils
 
@@ -319,7 +307,7 @@ def test_alpha_auto_decodes_with_the_alpha_chosen_on_dev() -> None:
     search = config["experiments"][name]["translate"]
     search.update(alpha="auto", quantize="int8", alpha_candidates=[0.6, 1.5])
     snakemake.utils.validate(config, schema)
-    pipeline = _pipeline_module().Pipeline(config, REPO_ROOT)
+    pipeline = Pipeline(config)
     chosen = f"results/runs/{name}/alpha_selection.json"
     assert pipeline.alpha_inputs(name) == {"alpha": chosen}
     assert pipeline.search_flags(name) == (
@@ -334,13 +322,13 @@ def test_alpha_auto_decodes_with_the_alpha_chosen_on_dev() -> None:
         " --beam 4 --max-len-b 50 --max-tokens 4096 --quantize int8 --candidates 0.6 1.5"
     )
     config["experiments"][name]["average_last_k"] = "auto"
-    pipeline = _pipeline_module().Pipeline(config, REPO_ROOT)
+    pipeline = Pipeline(config)
     assert "--alpha" not in pipeline.average_flags(name)  # chosen after averaging
     search["alpha"] = 1.0
     with pytest.raises(ConfigError, match="alpha_candidates: used only with alpha: auto"):
-        _pipeline_module().Pipeline(config, REPO_ROOT)
+        Pipeline(config)
     del search["alpha_candidates"]
-    pipeline = _pipeline_module().Pipeline(config, REPO_ROOT)
+    pipeline = Pipeline(config)
     assert pipeline.alpha_inputs(name) == {}
     assert "--alpha 1.0 " in pipeline.search_flags(name)
     for bad in ("best", -0.5):
@@ -355,7 +343,7 @@ def test_translate_flags_carry_the_quantisation_only_when_set() -> None:
     schema = str(REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml")
     config = _load(DEFAULT)
     (name,) = config["experiments"]
-    pipeline = _pipeline_module().Pipeline(config, REPO_ROOT)
+    pipeline = Pipeline(config)
     search = pipeline.search_flags(name)
     quantize = config["experiments"][name]["translate"].get("quantize", "none")
     expected = search if quantize == "none" else f"{search} --quantize {quantize}"
@@ -363,7 +351,7 @@ def test_translate_flags_carry_the_quantisation_only_when_set() -> None:
     for value, flags in (("none", search), ("int8", f"{search} --quantize int8")):
         config["experiments"][name]["translate"]["quantize"] = value
         snakemake.utils.validate(config, schema)
-        pipeline = _pipeline_module().Pipeline(config, REPO_ROOT)
+        pipeline = Pipeline(config)
         assert pipeline.translate_flags(name) == flags
         assert pipeline.search_flags(name) == search  # selection and maps search in fp32
     config["experiments"][name]["translate"]["quantize"] = "int4"
@@ -372,7 +360,7 @@ def test_translate_flags_carry_the_quantisation_only_when_set() -> None:
 
 
 def test_the_rerun_command_names_the_configfiles_and_config_values() -> None:
-    rerun = _pipeline_module().rerun_command
+    rerun = paths.rerun_command
     recipe = REPO_ROOT / "config" / "experiments" / "wmt14_en_de_base.yaml"
     assert rerun([], {}, REPO_ROOT) == "snakemake --cores all"
     assert rerun(

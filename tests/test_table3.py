@@ -12,9 +12,10 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
-from tests.test_recipes import _dry_run, _load, _pipeline_module
+from tests.test_recipes import _dry_run, _load
 from transformer_nmt.errors import ConfigError, DataError
 from transformer_nmt.evaluation.table3 import read_run_dev, render_table3, table3_entries
+from transformer_nmt.experiments import Pipeline
 from transformer_nmt.model.config import TABLE3, table3_config
 
 GPU_RECIPE = REPO_ROOT / "config" / "experiments" / "table3_multi30k.yaml"
@@ -49,7 +50,7 @@ def _cpu_config() -> dict[str, Any]:
 
 def test_rows_and_seeds_expand_into_runs_sharing_the_base() -> None:
     config = _cpu_config()
-    pipeline = _pipeline_module().Pipeline(config, REPO_ROOT)
+    pipeline = Pipeline(config)
     (base,) = config["experiments"]
     seeds = config["experiments"][base]["seeds"]
     rows = config["table3"]["rows"]
@@ -78,7 +79,7 @@ def test_rows_and_seeds_expand_into_runs_sharing_the_base() -> None:
 
 def test_the_gpu_recipe_expands_every_row_of_table3() -> None:
     config = _load(GPU_RECIPE)
-    pipeline = _pipeline_module().Pipeline(config, REPO_ROOT)
+    pipeline = Pipeline(config)
     base = config["table3"]["base"]
     assert set(config["table3"]["rows"]) == set(TABLE3) - {"base"}
     assert len(pipeline.experiments()) == len(TABLE3)
@@ -128,7 +129,7 @@ def _bad(config: dict[str, Any], edit: Any) -> dict[str, Any]:
 )
 def test_study_errors_name_the_key(edit: Any, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        _pipeline_module().Pipeline(_bad(_cpu_config(), edit), REPO_ROOT)
+        Pipeline(_bad(_cpu_config(), edit))
 
 
 def test_seed_counts_must_pair_with_the_baseline() -> None:
@@ -138,7 +139,7 @@ def test_seed_counts_must_pair_with_the_baseline() -> None:
         config["experiments"]["other"] = {**other, "seeds": [1, 2, 3]}
 
     with pytest.raises(ConfigError, match=r"^significance\.baseline: .* has 2 seeds but 'other'"):
-        _pipeline_module().Pipeline(_bad(_cpu_config(), edit), REPO_ROOT)
+        Pipeline(_bad(_cpu_config(), edit))
 
 
 @pytest.mark.parametrize(

@@ -76,20 +76,16 @@ def test_a_tracking_uri_carrying_a_password_is_refused_without_repeating_it(
 
 
 def test_a_config_tracking_uri_carrying_a_password_stops_the_pipeline_before_any_job() -> None:
-    import importlib.util
-
     import yaml
 
-    spec = importlib.util.spec_from_file_location(
-        "pipeline", REPO_ROOT / "workflow" / "lib" / "pipeline.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from transformer_nmt.experiments import Pipeline
+    from transformer_nmt.experiments.paths import config_error_line
+
     config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text(encoding="utf-8"))
-    module.Pipeline({**config, "tracking_uri": "http://login-node:5000"}, REPO_ROOT)
+    Pipeline({**config, "tracking_uri": "http://login-node:5000"})
     with pytest.raises(ConfigError, match=r"^tracking_uri: http://nmt:\*\*\*@login-node") as err:
-        module.Pipeline({**config, "tracking_uri": "http://nmt:pw-1@login-node:5000"}, REPO_ROOT)
-    assert "pw-1" not in module.config_error_line(err.value)
+        Pipeline({**config, "tracking_uri": "http://nmt:pw-1@login-node:5000"})
+    assert "pw-1" not in config_error_line(err.value)
 
 
 def test_a_credentials_file_open_to_others_is_refused_before_any_request(

@@ -13,7 +13,7 @@ import argparse
 import logging
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.translate import add_search_arguments, search_settings
+from transformer_nmt.cli.arguments import add_search_arguments, search_settings
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.runs.layout import FIGURES_DIR
 

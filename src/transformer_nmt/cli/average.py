@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.translate import add_search_arguments, search_settings
+from transformer_nmt.cli.arguments import add_search_arguments, search_settings
 from transformer_nmt.errors import CheckpointError, ConfigError
 from transformer_nmt.runs.layout import SELECTION_FILE
 

@@ -1,6 +1,6 @@
 """``check-config``: is a pipeline config file valid? Names the file, line and column of a YAML
 syntax error (Snakemake says only "Config file is not valid JSON or YAML"), then checks the
-config as the Snakefile does (schema, then ``workflow/lib/pipeline.py``), naming the key. The
+config as the Snakefile does (``experiments.validated_pipeline``), naming the key. The
 config's own datasets (``datasets:``, ``data/local.py``) are then read once, as their first
 stage reads them: unequal line counts, TSV lines without one tab, empty or undecodable lines,
 too few pairs to carve, test pairs in training (``test_overlap: error``), each named."""
@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from transformer_nmt.errors import ConfigError, DataError
+from transformer_nmt.experiments import validated_pipeline
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -48,9 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if not isinstance(config, dict):
         raise ConfigError(f"{args.configfile}: expected a mapping of config keys (see config/)")
     # the schema and the pipeline's own checks, as the Snakefile runs them (and `plan`)
-    from transformer_nmt.cli.plan import load_pipeline
-
-    pipeline = load_pipeline(args.configfile)
+    pipeline = validated_pipeline(config, str(args.configfile))
     for dataset in pipeline.datasets(downloaded=False):
         check_local_dataset(pipeline, dataset, args.configfile)
     names = pipeline.experiments()

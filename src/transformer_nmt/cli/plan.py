@@ -10,31 +10,25 @@ hours and GPU-hours to ``max_steps``. A worst-case batch that does not fit is re
 line naming the experiment's ``max_tokens``. Offline and data-free: the vocabulary size comes
 from the config's ``data:`` settings.
 
-The config is read and checked exactly as the Snakefile does (its JSON schema with
-``snakemake.utils.validate``, then ``workflow/lib/pipeline.py``'s ``Pipeline``), so ``plan``
-runs from a checkout of the repository.
+The config is read and checked exactly as the Snakefile does (``experiments.load_pipeline``:
+its JSON schema with ``snakemake.utils.validate``, then ``Pipeline``), also from an installed
+package without a checkout (the schema and the registry are package data).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
-import yaml
 
 from transformer_nmt.errors import ConfigError
+from transformer_nmt.experiments import load_pipeline
 from transformer_nmt.training import preflight as pf
-
-REPO = Path(__file__).resolve().parents[3]
-SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
-PIPELINE = REPO / "workflow" / "lib" / "pipeline.py"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -70,39 +64,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="assume this training speed (target tokens/s per device) instead of the recorded",
     )
-
-
-def _pipeline_module() -> ModuleType:
-    if not PIPELINE.is_file() or not SCHEMA.is_file():
-        raise ConfigError(
-            f"plan reads configs as the Snakefile does and needs a checkout of the repository "
-            f"({PIPELINE} not found)"
-        )
-    spec = importlib.util.spec_from_file_location("pipeline", PIPELINE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def load_pipeline(configfile: Path) -> Any:
-    """The config's ``Pipeline``, validated as the Snakefile validates it."""
-    from snakemake.exceptions import WorkflowError
-    from snakemake.utils import validate
-
-    paths = _pipeline_module()
-    try:
-        config = yaml.safe_load(configfile.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ConfigError(f"{configfile}: cannot read ({err.strerror})") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{configfile}: not valid YAML ({err})".replace("\n", " ")) from None
-    if not isinstance(config, dict):
-        raise ConfigError(f"{configfile}: expected a mapping of config keys")
-    try:
-        validate(config, str(SCHEMA))
-        return paths.Pipeline(config, REPO)
-    except (WorkflowError, ConfigError) as err:
-        raise ConfigError(f"{configfile}: {paths.config_error_line(err)}") from None
 
 
 def _local_gpu() -> torch.device | None:

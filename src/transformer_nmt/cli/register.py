@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.translate import add_search_arguments, search_settings
+from transformer_nmt.cli.arguments import add_search_arguments, search_settings
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.io_utils import write_json
 

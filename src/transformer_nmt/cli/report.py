@@ -65,7 +65,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--studies",
         default="{}",
-        help='JSON (workflow/lib/pipeline.py report_studies): {"groups": {"<experiment>": '
+        help='JSON (experiments.Pipeline.report_studies): {"groups": {"<experiment>": '
         '[<runs, one per seed>]}, "table3": {"<row>": "<experiment>"}, "significance": '
         '{"baseline": "<experiment>", "resamples": 1000, "runs": {"<experiment>": [<runs>]}}}; '
         "adds the Table 3, seeds and significance sections",
@@ -116,10 +116,10 @@ def _read_scores(paths: list[Path]) -> dict[tuple[str, str], dict[str, Any]]:
 
 def _parameters(model_config: Mapping[str, Any], vocab_size: int) -> int:
     """Our parameter count of a run's model (built on the meta device: no memory)."""
-    from transformer_nmt.cli.info import count
     from transformer_nmt.model.config import ModelConfig
+    from transformer_nmt.model.transformer import count_parameters_of
 
-    return count(ModelConfig.from_dict(dict(model_config)), vocab_size)["parameters"]
+    return count_parameters_of(ModelConfig.from_dict(dict(model_config)), vocab_size)
 
 
 def study_sections(

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from transformer_nmt import tracking
+from transformer_nmt.cli.arguments import add_search_arguments, search_settings
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.io_utils import atomic_open, read_lines, stream_line_batches
-from transformer_nmt.search.settings import EARLY_STOP, SearchSettings
+from transformer_nmt.search.settings import SearchSettings
 
 if TYPE_CHECKING:
     from transformer_nmt.inference.translator import Translator
@@ -32,63 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STDIN_BATCH = 256  # lines: enough for full token batches, small enough to answer promptly
-
-
-def add_search_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--beam --alpha|--alpha-from --max-len-b --max-tokens --early-stop`` with the §6.1
-    defaults (``SearchSettings``); ``search_settings(args)`` reads them back."""
-    defaults = SearchSettings()  # §6.1: the one source of the search defaults
-    parser.add_argument(
-        "--beam", type=int, default=defaults.beam, help=f"§6.1 beam size ({defaults.beam})"
-    )
-    alpha = parser.add_mutually_exclusive_group()
-    alpha.add_argument(
-        "--alpha",
-        type=float,
-        default=defaults.alpha,
-        help=f"§6.1 length penalty α ({defaults.alpha})",
-    )
-    alpha.add_argument(
-        "--alpha-from",
-        type=Path,
-        metavar="JSON",
-        help="the α chosen on the dev set: the 'best_alpha' of a file written by select-alpha "
-        "(alpha_selection.json); replaces --alpha",
-    )
-    parser.add_argument(
-        "--max-len-b",
-        type=int,
-        default=defaults.max_len_b,
-        help=f"§6.1 max output length = input length + this ({defaults.max_len_b})",
-    )
-    parser.add_argument(
-        "--max-tokens",
-        type=int,
-        default=defaults.max_tokens,
-        help=f"source tokens per batch, with padding ({defaults.max_tokens})",
-    )
-    parser.add_argument(
-        "--early-stop",
-        choices=EARLY_STOP,
-        default=defaults.early_stop,
-        help="when a sentence's beam search stops: exact = once no live hypothesis can still "
-        "win (default); best = once a step's best candidate ends, as OpenNMT-py/eole and "
-        "CTranslate2 (faster; may miss a longer hypothesis the length penalty prefers; "
-        "--engine ctranslate2 always stops this way)",
-    )
-
-
-def search_settings(args: argparse.Namespace) -> SearchSettings:
-    alpha = args.alpha
-    if getattr(args, "alpha_from", None) is not None:
-        from transformer_nmt.evaluation.selection import read_chosen_alpha
-
-        alpha = read_chosen_alpha(args.alpha_from)
-        log.info("length penalty alpha %g, chosen on the dev set (%s)", alpha, args.alpha_from)
-    return SearchSettings(
-        beam=args.beam, alpha=alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
-        nbest=getattr(args, "nbest", 1), early_stop=args.early_stop,
-    )  # fmt: skip
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -24,6 +24,8 @@ import yaml
 
 from transformer_nmt.errors import ConfigError
 
+# the registry this package ships (config/datasets.yaml of a checkout is a link to it)
+DEFAULT_REGISTRY = Path(__file__).with_name("datasets.yaml")
 FORMATS = ("text", "gzip", "sgml", "tsv", "tsv-gzip")
 TSV_FORMATS = ("tsv", "tsv-gzip")  # one file, source <TAB> target; each side reads one column
 TEST_OVERLAP_POLICIES = ("warn", "error")

@@ -2,7 +2,7 @@
 
 A run directory is one pipeline experiment instance. Its file names are here so that writer and
 readers agree (the readers include the report, the translator and MLflow tracking, which must
-not import the training code that writes most of them). ``workflow/lib/pipeline.py`` builds its
+not import the training code that writes most of them). ``experiments/paths.py`` builds its
 Snakemake output templates from these names.
 
 =======================  ==========================================  ===========================

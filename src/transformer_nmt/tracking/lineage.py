@@ -22,7 +22,7 @@ from typing import Any
 
 _SPM_NOT_SETTINGS = ("input_lines", "sha256")
 REGISTRY_ENV = "TRANSFORMER_NMT_REGISTRY"  # set by the Snakefile for every job
-RAW_ROOT = "resources"  # raw downloads: resources/<dataset>/<file> (workflow/lib/pipeline.py)
+RAW_ROOT = "resources"  # raw downloads: resources/<dataset>/<file> (experiments/paths.py)
 DIGEST_CHARS = 36  # mlflow.utils.validation.MAX_DATASET_DIGEST_SIZE
 SHA256_TAG = "transformer_nmt.sha256"
 SPLIT_TAG = "transformer_nmt.split"
@@ -44,9 +44,11 @@ class DataInput:
 
 
 def default_registry() -> Path:
-    """``$TRANSFORMER_NMT_REGISTRY``, else this checkout's ``config/datasets.yaml``."""
+    """``$TRANSFORMER_NMT_REGISTRY``, else the package's registry (``config/datasets.yaml``)."""
+    from transformer_nmt.data.registry import DEFAULT_REGISTRY
+
     env = os.environ.get(REGISTRY_ENV)
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "config" / "datasets.yaml"
+    return Path(env) if env else DEFAULT_REGISTRY
 
 
 def data_inputs(

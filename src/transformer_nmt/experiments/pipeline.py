@@ -1,125 +1,52 @@
-"""What the Snakefile needs from the config and the dataset registry: file names and params.
+"""What the Snakefile needs from a config and the dataset registry: file names and params.
 
 Only lookups live here (no computation): the rules stay thin shell calls into the package CLI.
 The registry is read once, through ``transformer_nmt.data.registry`` (the same parser and
-validation as the stages use). Cross-checks that a JSON schema cannot express (an experiment
-naming a dataset pair with no ``data:`` block, a test set the registry does not have) raise
-``ConfigError`` naming the key.
-
-Every output path of the pipeline is one template below (docs/interfaces.md "Data files");
-rules use them as their output patterns and the methods fill them in.
+validation as the stages use), with the config's own datasets (``datasets:``,
+``transformer_nmt.data.local``) merged in. The studies (Table 3 rows, seeds, significance) are
+``experiments.studies``'s; the path templates ``experiments.paths``'s. Cross-checks that a JSON
+schema cannot express (an experiment naming a dataset pair with no ``data:`` block, a test set
+the registry does not have) raise ``ConfigError`` naming the key.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 import os
-import shlex
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from transformer_nmt.data.local import CONFIG_KEY as LOCAL_DATASETS_KEY
 from transformer_nmt.data.local import merged_registry
-from transformer_nmt.data.registry import Dataset, parse_registry, read_registry
+from transformer_nmt.data.registry import DEFAULT_REGISTRY, Dataset, parse_registry, read_registry
 from transformer_nmt.errors import ConfigError
-from transformer_nmt.io_utils import write_json
-from transformer_nmt.model.config import TABLE3
-from transformer_nmt.runs import layout as run_files
+from transformer_nmt.experiments.paths import (
+    ALPHA_SELECTION,
+    ATTENTION_MAP,
+    ATTENTION_MAP_CSV,
+    BIN_DIR,
+    CLEAN_REPORT,
+    MERGED_REGISTRY,
+    MLFLOW_MODEL,
+    OFFSETS,
+    RAW_DIR,
+    RUN_DIR,
+    SCORES,
+    SPM_MODEL,
+    TEXT_FILE,
+    TOKENS,
+    canonical_json,
+)  # fmt: skip
+from transformer_nmt.experiments.studies import Studies
 from transformer_nmt.tracking.store import check_uri
-
-# --- output path templates (Snakemake wildcards in braces) ------------------------------------
-RAW_DIR = "resources/{dataset}"
-# the registry plus the config's own datasets (``datasets:``), what the stages read
-MERGED_REGISTRY = "results/datasets.yaml"
-CHECKSUM_LOCK = RAW_DIR + "/checksums.lock.json"  # sha256 pinned by the first download
-TEXT_DIR = "results/data/{dataset}/{pair}"
-TEXT_FILE = TEXT_DIR + "/{split}.{lang}"
-CLEAN_REPORT = TEXT_DIR + "/clean_report.json"
-SPM_PREFIX = "results/spm/{dataset}/{pair}/spm"
-SPM_MODEL = SPM_PREFIX + ".model"
-SPM_VOCAB = SPM_PREFIX + ".vocab"
-BIN_DIR = "results/bin/{dataset}/{pair}"
-TOKENS = BIN_DIR + "/{split}.{lang}.tokens.npy"
-OFFSETS = BIN_DIR + "/{split}.{lang}.offsets.npy"
-RUN_DIR = "results/runs/{experiment}"  # its files: transformer_nmt.runs.layout
-TRAIN_CONFIG = f"{RUN_DIR}/{run_files.TRAIN_CONFIG_FILE}"
-TRAIN_SUMMARY = f"{RUN_DIR}/{run_files.SUMMARY_FILE}"
-CHECKPOINT_DIR = f"{RUN_DIR}/{run_files.CHECKPOINT_DIR}"
-AVERAGED_MODEL = f"{RUN_DIR}/{run_files.AVERAGED_MODEL}"
-MLFLOW_MODEL = f"{RUN_DIR}/{run_files.MLFLOW_MODEL_FILE}"  # the registered MLflow model's URIs
-ALPHA_SELECTION = f"{RUN_DIR}/{run_files.ALPHA_SELECTION_FILE}"  # translate.alpha: auto
-HYPOTHESES = RUN_DIR + "/{test_set}.hyp"
-SCORES = RUN_DIR + "/{test_set}.scores.json"
-RUN_FIGURES_DIR = (
-    f"{RUN_DIR}/{run_files.FIGURES_DIR}"  # every PNG here is a figure of the run (report, MLflow)
-)
-ATTENTION_MAP = RUN_FIGURES_DIR + "/attention_{line}.png"  # line: 1-based line of the test set
-ATTENTION_MAP_CSV = RUN_FIGURES_DIR + "/attention_{line}.csv"  # the figure's numbers
-REPORT = "results/report.md"
-REPORT_TABLE = "results/report_table.csv"  # the report's results table (the report's landing page)
-FIGURES_DIR = "results/figures"  # the report's figures: runs/{experiment}/, pairs/{D}_{P}/
-
-
-def canonical_json(value: Any) -> str:
-    """Canonical JSON: equal values give equal strings, so params compare exactly."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def config_error_line(err: Exception) -> str:
-    """One line naming the config key at fault, for a ``ConfigError`` or a failed
-    ``snakemake.utils.validate`` (a WorkflowError raised while handling the jsonschema error)."""
-    causes = (*err.args, err.__cause__, err.__context__)
-    error = next((c for c in causes if isinstance(c, jsonschema.ValidationError)), None)
-    if error is None:
-        return f"config: {err}"
-    path = ".".join(str(part) for part in error.absolute_path)
-    where = f"{path}: " if path else ""
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        known = sorted(error.schema.get("properties", {}))
-        unknown = sorted(set(error.instance) - set(known))
-        names = ", ".join(f"'{key}'" for key in unknown)
-        noun = "key" if len(unknown) == 1 else "keys"
-        return f"config: {where}unknown {noun} {names} (known: {', '.join(known)})"
-    return f"config: {where}{error.message}"
-
-
-def rerun_command(configfiles: list[Any], overrides: Mapping[str, Any], repo: str | Path) -> str:
-    """The ``snakemake`` command line that re-runs this workflow from a checkout of ``repo``:
-    its ``--configfile``s (relative to the checkout when inside it) and ``--config`` values.
-    Every job gets it as ``$TRANSFORMER_NMT_RERUN``: MLflow runs show it as their description
-    (``transformer_nmt.tracking.stage``)."""
-    words = ["snakemake", "--cores", "all"]
-    for path in configfiles:
-        path = Path(path).absolute()
-        if path.is_relative_to(Path(repo).absolute()):
-            path = path.relative_to(Path(repo).absolute())
-        words += ["--configfile", str(path)]
-    if overrides:
-        words.append("--config")
-        for key, value in overrides.items():
-            text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-            words.append(f"{key}={text}")
-    return shlex.join(words)
-
-
-def write_train_config(path: str, settings_json: str, log: str) -> None:
-    """The ``train_config`` rule: an experiment's settings (``Pipeline.train_config``, as
-    canonical JSON) to the file that ``train --config-file`` reads."""
-    write_json(path, json.loads(settings_json))
-    Path(log).write_text(f"wrote {path}\n", encoding="utf-8")
 
 
 class Pipeline:
     """The experiments of a (validated) config, resolved against the dataset registry."""
 
-    def __init__(self, config: dict[str, Any], repo: str | Path) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
-        registry = config.get("registry") or str(Path(repo) / "config" / "datasets.yaml")
-        self.registry_path = str(Path(registry).resolve())
+        # the registry: the config's `registry`, else the package's (config/datasets.yaml)
+        self.registry_path = str(Path(config.get("registry") or DEFAULT_REGISTRY).resolve())
         # a user's own corpora (data/local.py): relative paths from where snakemake runs
         self._registry_raw = merged_registry(
             read_registry(self.registry_path), config.get(LOCAL_DATASETS_KEY), Path.cwd()
@@ -128,138 +55,27 @@ class Pipeline:
         if config.get(LOCAL_DATASETS_KEY):
             self.registry_path = str(Path(MERGED_REGISTRY).resolve())
         # studies: Table 3 rows, then seeds, expand the config's experiments into the runs
-        self.table3_rows: dict[str, str] = {}  # Table 3 row -> experiment (before seeds)
-        studied = self._expand_table3(config["experiments"])
-        self.groups: dict[str, list[str]] = {}  # experiment -> its runs (one per seed)
-        self._experiments = self._expand_seeds(studied)
+        self.studies = Studies.expand(config)
+        self.table3_rows = self.studies.table3_rows  # Table 3 row -> experiment (before seeds)
+        self.groups = self.studies.groups  # experiment -> its runs (one per seed)
+        self._experiments = self.studies.runs
         self._check()
-        self._check_significance()
+        self.studies.check_significance()
         if self.tracking_uri():  # no password in it: it would reach the jobs' records and logs
             source = "tracking_uri" if config.get("tracking_uri") else "MLFLOW_TRACKING_URI"
             check_uri(self.tracking_uri(), source)
 
-    # -- studies: Table 3 and seeds (docs/interfaces.md, "Studies") -------------------------------
-
-    def _expand_table3(self, experiments: dict[str, Any]) -> dict[str, Any]:
-        """``table3: {base: E, rows: [A1, ...]}`` adds ``E.A1``, ...: E with the row's model
-        overrides on top of its own (the paper's values, Table 3), everything else (data,
-        ``train`` budget, seeds, search) E's."""
-        study = self.config.get("table3")
-        if not study:
-            return dict(experiments)
-        base = study["base"]
-        if base not in experiments:
-            known = ", ".join(sorted(experiments))
-            raise ConfigError(f"table3.base: '{base}' is not an experiment (experiments: {known})")
-        expanded = dict(experiments)
-        self.table3_rows["base"] = base
-        for row_name in study["rows"]:
-            if row_name not in TABLE3 or row_name == "base":
-                known = ", ".join(r for r in TABLE3 if r != "base")
-                raise ConfigError(f"table3.rows: unknown Table 3 row '{row_name}' (rows: {known})")
-            name = f"{base}.{row_name}"
-            if name in experiments:
-                raise ConfigError(f"table3.rows: '{name}' is already an experiment of the config")
-            exp = copy.deepcopy(experiments[base])
-            exp["model_overrides"] = {
-                **exp["model_overrides"],
-                **TABLE3[row_name].overrides_dict(),
-            }
-            expanded[name] = exp
-            self.table3_rows[row_name] = name
-        train = experiments[base]["train"]
-        every, steps = train.get("val_every_steps", 1000), train.get("max_steps", 100_000)
-        if not train.get("val_beam_bleu_every_steps") or steps % every:
-            raise ConfigError(
-                f"table3.base: Table 3's dev numbers are the last validation's (beam search, "
-                f"§6.2): set experiments.{base}.train.val_beam_bleu_every_steps and make "
-                f"max_steps ({steps}) a multiple of val_every_steps ({every})"
-            )
-        return expanded
-
-    def _expand_seeds(self, experiments: dict[str, Any]) -> dict[str, Any]:
-        """``seeds: [1, 2, 3]`` on experiment E: runs ``E.seed1``, ... with ``train.seed`` set
-        (one MLflow run each, grouped under a parent run E by the report)."""
-        runs: dict[str, Any] = {}
-        for name, exp in experiments.items():
-            seeds = exp.get("seeds")
-            exp = {k: v for k, v in exp.items() if k != "seeds"}
-            if seeds is None:
-                runs[name] = exp
-                self.groups[name] = [name]
-                continue
-            self.groups[name] = []
-            for seed in seeds:
-                run = f"{name}.seed{seed}"
-                if run in experiments:
-                    raise ConfigError(
-                        f"experiments.{name}.seeds: '{run}' is already an experiment of the config"
-                    )
-                runs[run] = {**exp, "train": {**exp["train"], "seed": seed}}
-                self.groups[name].append(run)
-        return runs
-
-    def _check_significance(self) -> None:
-        """``significance.baseline`` is an experiment; runs compare seed by seed, so a baseline
-        with seeds needs as many as each experiment with seeds on its pair."""
-        study = self.config.get("significance")
-        if not study:
-            return
-        baseline = study["baseline"]
-        if baseline not in self.groups:
-            known = ", ".join(sorted(self.groups))
-            raise ConfigError(
-                f"significance.baseline: '{baseline}' is not an experiment (experiments: {known})"
-            )
-        n_base = len(self.groups[baseline])
-        for name in self.compared_experiments():
-            n = len(self.groups[name])
-            if n_base > 1 and n > 1 and n != n_base:
-                raise ConfigError(
-                    f"significance.baseline: '{baseline}' has {n_base} seeds but '{name}' has "
-                    f"{n}: give both the same number of seeds (or one of them none)"
-                )
-
     def compared_experiments(self) -> list[str]:
         """The experiments the paired bootstrap compares with the baseline: those on its pair."""
-        study = self.config.get("significance")
-        if not study:
-            return []
-        baseline = self.experiment(self.groups[study["baseline"]][0])
-        return [
-            name
-            for name, runs in sorted(self.groups.items())
-            if name != study["baseline"]
-            and (self.experiment(runs[0])["dataset"], self.experiment(runs[0])["pair"])
-            == (baseline["dataset"], baseline["pair"])
-        ]
+        return self.studies.compared_experiments()
 
     def report_studies(self) -> dict[str, Any]:
         """What the report stage needs to know of the studies (``report --studies``)."""
-        significance = self.config.get("significance")
-        return {
-            # experiments with seeds (runs named otherwise than the experiment)
-            "groups": {name: runs for name, runs in self.groups.items() if runs != [name]},
-            "table3": dict(self.table3_rows) or None,
-            "significance": None
-            if not significance
-            else {
-                "baseline": significance["baseline"],
-                "resamples": significance.get("resamples", 1000),
-                "runs": {
-                    name: self.groups[name]
-                    for name in [significance["baseline"], *self.compared_experiments()]
-                },
-            },
-        }
+        return self.studies.report_studies()
 
     def report_summaries(self) -> list[str]:
         """The train summaries the report's Table 3 section reads (dev perplexity, BLEU)."""
-        return [
-            TRAIN_SUMMARY.format(experiment=run)
-            for name in self.table3_rows.values()
-            for run in self.groups[name]
-        ]
+        return self.studies.report_summaries()
 
     # -- validation beyond the schema ---------------------------------------------------------
 

@@ -1,0 +1,73 @@
+"""Argument groups that several stages' CLIs share (a stage's CLI never imports another's).
+
+``add_search_arguments`` / ``search_settings``: the §6.1 beam search's flags and their
+``SearchSettings`` (translate, average, select-alpha, register, attention-maps, and the decoding
+benchmarks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from transformer_nmt.search.settings import EARLY_STOP, SearchSettings
+
+log = logging.getLogger(__name__)
+
+
+def add_search_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--beam --alpha|--alpha-from --max-len-b --max-tokens --early-stop`` with the §6.1
+    defaults (``SearchSettings``); ``search_settings(args)`` reads them back."""
+    defaults = SearchSettings()  # §6.1: the one source of the search defaults
+    parser.add_argument(
+        "--beam", type=int, default=defaults.beam, help=f"§6.1 beam size ({defaults.beam})"
+    )
+    alpha = parser.add_mutually_exclusive_group()
+    alpha.add_argument(
+        "--alpha",
+        type=float,
+        default=defaults.alpha,
+        help=f"§6.1 length penalty α ({defaults.alpha})",
+    )
+    alpha.add_argument(
+        "--alpha-from",
+        type=Path,
+        metavar="JSON",
+        help="the α chosen on the dev set: the 'best_alpha' of a file written by select-alpha "
+        "(alpha_selection.json); replaces --alpha",
+    )
+    parser.add_argument(
+        "--max-len-b",
+        type=int,
+        default=defaults.max_len_b,
+        help=f"§6.1 max output length = input length + this ({defaults.max_len_b})",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=defaults.max_tokens,
+        help=f"source tokens per batch, with padding ({defaults.max_tokens})",
+    )
+    parser.add_argument(
+        "--early-stop",
+        choices=EARLY_STOP,
+        default=defaults.early_stop,
+        help="when a sentence's beam search stops: exact = once no live hypothesis can still "
+        "win (default); best = once a step's best candidate ends, as OpenNMT-py/eole and "
+        "CTranslate2 (faster; may miss a longer hypothesis the length penalty prefers; "
+        "--engine ctranslate2 always stops this way)",
+    )
+
+
+def search_settings(args: argparse.Namespace) -> SearchSettings:
+    alpha = args.alpha
+    if getattr(args, "alpha_from", None) is not None:
+        from transformer_nmt.evaluation.selection import read_chosen_alpha
+
+        alpha = read_chosen_alpha(args.alpha_from)
+        log.info("length penalty alpha %g, chosen on the dev set (%s)", alpha, args.alpha_from)
+    return SearchSettings(
+        beam=args.beam, alpha=alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
+        nbest=getattr(args, "nbest", 1), early_stop=args.early_stop,
+    )  # fmt: skip
