@@ -18,6 +18,7 @@ from transformer_nmt.cli.plan import free_disk_bytes as REAL_FREE_DISK_BYTES
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.training import hardware
 from transformer_nmt.training import preflight as pf
 from transformer_nmt.training.config import TrainConfig
 from transformer_nmt.training.objective import build_optimizer, label_smoothed_cross_entropy
@@ -347,7 +348,8 @@ def test_train_refuses_a_batch_that_does_not_fit_the_ram_before_any_step(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(pf, "available_ram_bytes", lambda: 4096)  # 4 KiB free
+    # 4 KiB free: this machine's RAM is the hardware module's to read
+    monkeypatch.setattr(hardware, "available_ram_bytes", lambda: 4096)
     assert main(train_argv(corpus, tmp_path / "run", max_steps=2)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: train.max_tokens: the worst-case batch")
@@ -432,3 +434,25 @@ def test_the_checkpoints_disk_is_counted_and_a_too_small_disk_refused(
 def test_free_disk_is_read_from_the_nearest_existing_directory(tmp_path: Path) -> None:
     where, free = REAL_FREE_DISK_BYTES(tmp_path / "not" / "yet")
     assert where == tmp_path and free == shutil.disk_usage(tmp_path).free
+
+
+def test_recorded_throughputs_are_data_with_machine_date_and_source(tmp_path: Path) -> None:
+    """The speeds plan uses live in one file; each names its machine, date and source, and a
+    broken entry is an error naming the file and the entry."""
+    import yaml
+
+    entries = yaml.safe_load(hardware.RECORDED_THROUGHPUT_FILE.read_text())["recorded"]
+    assert entries and all(e["machine"] and e["date"] and e["source"] for e in entries)
+    assert len(pf.RECORDED_THROUGHPUT) == sum(len(e["devices"]) for e in entries)
+    big = pf.RECORDED_THROUGHPUT[("big", "v100-32")]
+    assert big.tgt_tokens_per_s == 39911 and big.precision == "16-mixed"
+    assert "DGX-2 V100 32GB" in big.source
+    bad = tmp_path / "recorded.yaml"
+    bad.write_text(
+        yaml.safe_dump({"recorded": [entries[0], {"model": "big", "devices": ["h100"]}]})
+    )
+    with pytest.raises(
+        ConfigError,
+        match=rf"{bad}: recorded\[1\]: missing key\(s\) \['tokens_per_s', 'machine', 'date'",
+    ):
+        hardware.load_recorded_throughput(bad)

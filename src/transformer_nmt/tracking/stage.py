@@ -65,7 +65,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-RERUN_ENV = "TRANSFORMER_NMT_RERUN"  # the Snakefile's command line (experiments/paths.py rerun_command)
+RERUN_ENV = (
+    "TRANSFORMER_NMT_RERUN"  # the Snakefile's command line (experiments/paths.py rerun_command)
+)
 NOTE_TAG = "mlflow.note.content"  # the run's description in the MLflow UI
 _RERUN_HEADING = "Re-run this experiment"
 

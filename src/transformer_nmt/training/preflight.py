@@ -15,19 +15,21 @@ Peak memory of one training step (steady state: Adam's states exist, gradients a
   activations each layer saves for backward (from the shapes, below), and the loss's
   ``[tokens x vocab]`` tensors (logits, log-probabilities and their gradients, fp32).
 
-Expected speed comes from ``RECORDED_THROUGHPUT`` (target tokens/s per preset and device
-kind, each with its source in ``benchmarks/RESULTS.md``), a throughput measured on the device,
-or a number the user gives: never from an assumed utilisation.
+Expected speed comes from ``RECORDED_THROUGHPUT`` (target tokens/s per model and device
+kind, each with its machine, date and source: ``training/recorded_throughput.yaml``), a
+throughput measured on the device, or a number the user gives: never from an assumed
+utilisation.
+
+This module is the plan; its parts live by concern: ``training/hardware.py`` (GPU kinds, this
+machine, the device, recorded speeds) and ``training/memory.py`` (the worst batch, the peak
+estimate and measurement, ``max_tokens: auto``). Their names are re-exported here: a plan's
+vocabulary in one import.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gc
-import os
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -40,336 +42,46 @@ from transformer_nmt.training.config import (
     resolve_devices,
     resolve_precision,
 )
+from transformer_nmt.training.hardware import (
+    GIB,
+    GPU_KINDS,
+    RECORDED_THROUGHPUT,
+    USABLE_FRACTION,
+    GpuKind,
+    Target,
+    Throughput,
+    available_ram_bytes,
+    cpu_target,
+    gpu_target,
+    this_device,
+    total_ram_bytes,
+)  # fmt: skip
+from transformer_nmt.training.memory import (
+    AUTO_MARGIN,
+    AUTO_STEP,
+    Measurement,
+    MemoryEstimate,
+    auto_max_tokens,
+    estimate_peak_bytes,
+    largest_fitting_max_tokens,
+    measure_peak_bytes,
+    precision_bytes,
+    width_limit,
+    worst_batch,
+)  # fmt: skip
 
-GIB = 1024**3
-
-
-@dataclass(frozen=True)
-class GpuKind:
-    """A GPU model: its memory (GiB, as sold) and whether it computes in bf16 (``precision:
-    auto`` picks bf16-mixed there and 16-mixed elsewhere, as ``training.config.resolve_precision``
-    does on the device)."""
-
-    memory_gib: float
-    bf16: bool
-
-
-# The one home of known GPU memory sizes (vendors' data sheets). "a100" and "v100" without a
-# size mean the smaller card: a plan must not promise what the smaller variant cannot hold.
-GPU_KINDS: dict[str, GpuKind] = {
-    "h100": GpuKind(80, bf16=True),
-    "h200": GpuKind(141, bf16=True),
-    "a100-40": GpuKind(40, bf16=True),
-    "a100-80": GpuKind(80, bf16=True),
-    "a100": GpuKind(40, bf16=True),
-    "v100-16": GpuKind(16, bf16=False),
-    "v100-32": GpuKind(32, bf16=False),
-    "v100": GpuKind(16, bf16=False),
-}
-
-# Fraction of a device's memory a step may use: the rest is for the CUDA context, the caching
-# allocator's fragmentation and validation/search buffers (on a CPU: the data loader, MLflow).
-USABLE_FRACTION = 0.9
-
-
-@dataclass(frozen=True)
-class Throughput:
-    """Target tokens/s of one device training a preset, and where the number comes from;
-    ``precision``: the one it was measured in (None: whatever the plan uses), a plan in another
-    precision does not use it."""
-
-    tgt_tokens_per_s: float
-    source: str
-    precision: str | None = None
-
-
-# NVIDIA DeepLearningExamples, PyTorch/Translation/Transformer (fairseq's transformer-big,
-# pre-LN, WMT14 EN-DE, tokens/s averaged over an epoch, pytorch-22.06 NGC container), one GPU.
-_NVIDIA_DLE = "published: NVIDIA DeepLearningExamples PyTorch Transformer README, transformer-big"
-
-# Training throughputs per (preset, device kind): target tokens per second of one device (a
-# model reshaped from its preset by model_overrides is keyed "preset (field value, ...)"). Our
-# own measurements (benchmarks/RESULTS.md) where we have them; published ones otherwise, each
-# labelled with its source. No GPU of ours has measured yet (issue: a GPU run): `plan` on a GPU
-# machine measures, or --tokens-per-s gives a number.
-RECORDED_THROUGHPUT: dict[tuple[str, str], Throughput] = {
-    ("tiny", "cpu"): Throughput(
-        3183,
-        "benchmarks/RESULTS.md, the default demo's 1,000 steps (pre-LN tiny, fp32, idle "
-        "2-core EPYC VM, 2026-11-22)",
-    ),
-    # the demo's and the CPU recipe's narrow model (a plan names it so: model_name)
-    ("tiny (d_model 128, d_ff 512, d_k 32, d_v 32)", "cpu"): Throughput(
-        5473,
-        "benchmarks/RESULTS.md, the demo's 1,600 steps of its narrow model (pre-LN, fp32, idle "
-        "2-core EPYC VM, 2026-11-25; a 2-core Xeon with AMX ran ~7,800)",
-    ),
-    ("base", "cpu"): Throughput(
-        233,
-        "benchmarks/RESULTS.md, bench_training.py --steps 5 (fp32, 2-core EPYC VM, 2026-11-22)",
-    ),
-    # A100 40GB: AMP (fp16) 82,059 tokens/s at 10,240 tokens per GPU (TF32: 51,057). Our
-    # precision there is bf16-mixed, which runs at the same tensor-core rate on Ampere; the
-    # 80GB card has the same compute.
-    **{
-        ("big", kind): Throughput(82059, f"{_NVIDIA_DLE}, DGX A100 40GB, AMP", "bf16-mixed")
-        for kind in ("a100", "a100-40", "a100-80")
-    },
-    # V100: no bf16, so `auto` trains in fp16 with loss scaling there: AMP 32,942 tokens/s (16GB,
-    # 5,120 tokens per GPU) and 39,911 (32GB, DGX-2, 10,240); FP32 gives 8,742 / 9,827.
-    **{
-        ("big", kind): Throughput(32942, f"{_NVIDIA_DLE}, DGX-1 V100 16GB, AMP", "16-mixed")
-        for kind in ("v100", "v100-16")
-    },
-    ("big", "v100-32"): Throughput(39911, f"{_NVIDIA_DLE}, DGX-2 V100 32GB, AMP", "16-mixed"),
-}
-
-
-# --- shapes --------------------------------------------------------------------------------
-
-
-def width_limit(model_cfg: ModelConfig, train_cfg: TrainConfig) -> int:
-    """The widest row the sampler keeps: ``min(max_tokens, max_positions)`` (BOS/EOS included)."""
-    return min(train_cfg.max_tokens, train_cfg.max_positions, model_cfg.max_positions)
-
-
-def precision_bytes(precision: str) -> int:
-    """Bytes per activation element of a Lightning precision string."""
-    if precision.startswith(("bf16", "16")):
-        return 2
-    return 8 if precision.startswith("64") else 4
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """Peak bytes of one training step, by part."""
-
-    weights_and_optimizer: int  # fp32 weights + gradients + Adam m, v (+ bf16 weight copies)
-    activations: int  # what the encoder/decoder layers save for backward
-    loss: int  # [tokens x vocab] logits, log-probabilities and their gradients
-
-    @property
-    def total(self) -> int:
-        return self.weights_and_optimizer + self.activations + self.loss
-
-
-def estimate_peak_bytes(
-    model_cfg: ModelConfig,
-    vocab_size: int,
-    batch: int,
-    width: int,
-    precision: str,
-    n_params: int | None = None,
-) -> MemoryEstimate:
-    """Analytic peak memory of a training step on ``batch`` rows of ``width`` tokens a side.
-
-    Per token (``d`` = d_model, ``a`` = h*d_k, ``v`` = h*d_v, ``f`` = d_ff), what backward
-    needs, counted from the layers' code (``model/layers.py``, ``attention.py``):
-    an attention sublayer saves its input (``d``), Q, K, V (``2a + v``), the fused SDPA output
-    and its head-merged copy (``2v``) and the residual sum LayerNorm reads (``d``); the FFN saves
-    its input (``d``), the ReLU output (``f``, twice with the ReLU-dropout flag) and the sum
-    (``d``); each sublayer's dropout keeps a 1-byte mask of ``d``. An encoder layer has one
-    attention sublayer, a decoder layer two (cross-attention's K, V come from the memory).
-    Fused attention kernels keep only a per-row log-sum-exp, not ``[W x W]`` weights.
-    """
-    cfg = model_cfg
-    params = count_parameters_of(cfg, vocab_size) if n_params is None else n_params
-    act = precision_bytes(precision)
-    mixed = precision.endswith("-mixed")
-    # fp32 master weights, gradients, Adam's m and v; autocast caches a bf16/fp16 weight copy.
-    static = params * (16 + (2 if mixed else 0))
-    if precision.startswith("64"):
-        static = params * 32
-    tokens = batch * width
-    d, a, v, f = cfg.d_model, cfg.h * cfg.d_k, cfg.h * cfg.d_v, cfg.d_ff
-    attention = d + (2 * a + v) + 2 * v + d
-    ffn = d + f * (2 if cfg.p_drop_relu > 0 else 1) + d
-    lse = cfg.h * 4  # fp32 log-sum-exp per head and query of a fused attention kernel
-    encoder_layer = tokens * ((attention + ffn) * act + 2 * d + lse)
-    decoder_layer = tokens * ((2 * attention + ffn) * act + 3 * d + 2 * lse)
-    embeddings = 2 * tokens * d  # dropout masks of the two embedding sums
-    final = tokens * d * act  # the decoder output the pre-softmax projection reads
-    # Backward also holds the gradients of the layer it is in: one decoder layer's worth more.
-    activations = cfg.N * (encoder_layer + decoder_layer) + decoder_layer + embeddings + final
-    # The loss runs in fp32 (objective.py): the log-probabilities stay for backward; at the
-    # start of backward their gradient (two, from the NLL and the smoothing term) and the
-    # logits' gradient join them: four [tokens x vocab] fp32 tensors at the peak.
-    loss = 4 * tokens * vocab_size * 4
-    return MemoryEstimate(static, activations, loss)
-
-
-def worst_batch(
-    model_cfg: ModelConfig,
-    train_cfg: TrainConfig,
-    vocab_size: int,
-    precision: str,
-    params: int | None = None,
-) -> tuple[int, int, MemoryEstimate]:
-    """``(B, W, estimate)`` of the allowed batch shape with the largest estimated peak."""
-    if params is None:
-        params = count_parameters_of(model_cfg, vocab_size)
-    best: tuple[int, int, MemoryEstimate] | None = None
-    for width in range(width_limit(model_cfg, train_cfg), 0, -1):  # longest first: wins ties
-        rows = train_cfg.max_tokens // width
-        est = estimate_peak_bytes(model_cfg, vocab_size, rows, width, precision, params)
-        if best is None or est.total > best[2].total:
-            best = (rows, width, est)
-    assert best is not None  # width_limit >= 1
-    return best
-
-
-# --- measurement on a CUDA device -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Measurement:
-    peak_bytes: int
-    tgt_tokens_per_s: float  # on worst-case batches: a lower bound for real (shorter) batches
-
-
-def measure_peak_bytes(
-    model_cfg: ModelConfig,
-    vocab_size: int,
-    batch: int,
-    width: int,
-    precision: str,
-    device: torch.device,
-    timed_steps: int = 0,
-) -> Measurement:
-    """Peak CUDA memory of training steps on a random ``[batch, width]`` batch: two steps
-    (the second in the steady state, with Adam's states), then ``timed_steps`` timed ones.
-    The memory is freed afterwards; an out-of-memory error is returned as ``peak_bytes = -1``.
-    """
-    from transformer_nmt.model.transformer import Transformer
-    from transformer_nmt.training.objective import build_optimizer, label_smoothed_cross_entropy
-
-    if device.type != "cuda":
-        raise ValueError(f"measure_peak_bytes needs a CUDA device, got {device}")
-    dtype = {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64}.get(
-        precision.split("-")[0], torch.float32
-    )
-    mixed = precision.endswith("-mixed") and dtype in (torch.bfloat16, torch.float16)
-    generator = torch.Generator(device="cpu").manual_seed(0)
-    model = optimizer = None
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats(device)
-    try:
-        model = Transformer(model_cfg, vocab_size=vocab_size).to(device).train()
-        if not mixed:  # "-true" precisions train the model in that dtype (Lightning's)
-            model = model.to(dtype)
-        optimizer = build_optimizer(model.parameters())
-        # ids >= 4 avoid the special ids: no padding, every row full width
-        src, tgt_in, tgt_out = (
-            torch.randint(4, vocab_size, (batch, width), generator=generator).to(device)
-            for _ in range(3)
-        )
-
-        def step() -> None:
-            with torch.autocast("cuda", dtype=dtype, enabled=mixed):
-                logits = model(src, tgt_in)  # [B, W, V]
-            loss = label_smoothed_cross_entropy(logits, tgt_out, eps=model_cfg.eps_ls).loss
-            del logits
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        for _ in range(2):
-            step()
-        torch.cuda.synchronize(device)
-        peak = torch.cuda.max_memory_allocated(device)
-        rate = 0.0
-        if timed_steps > 0:
-            start = time.perf_counter()
-            for _ in range(timed_steps):
-                step()
-            torch.cuda.synchronize(device)
-            rate = batch * width * timed_steps / (time.perf_counter() - start)
-        return Measurement(peak, rate)
-    except torch.OutOfMemoryError:
-        return Measurement(-1, 0.0)
-    finally:
-        model = optimizer = None  # drop the references before emptying the cache
-        gc.collect()
-        torch.cuda.empty_cache()
+__all__ = [  # the plan's names, and those of its parts (re-exported)
+    "ADAM_MOMENTS", "AUTO_MARGIN", "AUTO_STEP", "CHECKPOINT_FLOAT_BYTES", "GIB", "GPU_KINDS",
+    "RECORDED_THROUGHPUT", "SHAPE_FIELDS", "USABLE_FRACTION", "GpuKind", "Measurement",
+    "MemoryEstimate", "Plan", "Target", "Throughput", "auto_max_tokens", "available_ram_bytes",
+    "check_fits", "cpu_target", "estimate_peak_bytes", "gpu_target", "largest_fitting_max_tokens",
+    "measure_peak_bytes", "model_name", "plan_experiment", "precision_bytes", "refusal",
+    "resolve_plan_precision", "size_max_tokens", "this_device", "total_ram_bytes", "width_limit",
+    "worst_batch",
+]  # fmt: skip
 
 
 # --- the plan of one experiment ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where the plan runs: ``kind`` ("cpu" or a ``GPU_KINDS`` name), devices per node and the
-    memory of one device (bytes; None: unknown)."""
-
-    kind: str
-    devices: int
-    memory_bytes: int | None
-    memory_source: str
-
-
-def gpu_target(kind: str, devices: int) -> Target:
-    """A ``GPU_KINDS`` GPU; an unknown kind is a ConfigError listing the known ones."""
-    key = kind.lower()
-    if key not in GPU_KINDS:
-        raise ConfigError(f"--gpu-kind: unknown GPU kind {kind!r}; known: {', '.join(GPU_KINDS)}")
-    if devices <= 0:
-        raise ConfigError(f"--gpus must be a positive integer, got {devices}")
-    spec = GPU_KINDS[key]
-    return Target(key, devices, int(spec.memory_gib * GIB), f"{key}: {spec.memory_gib:g} GiB")
-
-
-def available_ram_bytes() -> int:
-    """This machine's available memory (``MemAvailable`` of /proc/meminfo; else free pages)."""
-    try:
-        for line in Path("/proc/meminfo").read_text(encoding="ascii").splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def total_ram_bytes() -> int:
-    """This machine's memory (``MemTotal``): unlike the available RAM, the same in every process
-    of a run, so that ``max_tokens: auto`` chooses one size for all of them."""
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def cpu_target(processes: int = 1, ram: int | None = None) -> Target:
-    """This machine's CPU: ``processes`` training processes sharing its RAM (``ram`` bytes;
-    default: the available RAM now)."""
-    what = "available RAM" if ram is None else "RAM"
-    ram = (available_ram_bytes() if ram is None else ram) // processes
-    share = f" / {processes} processes" if processes > 1 else ""
-    return Target("cpu", processes, ram, f"this machine's {what}{share} ({ram / GIB:.1f} GiB)")
-
-
-# ``max_tokens: auto`` fills this share of a device's usable memory with the *estimated*
-# worst-case batch: room for the estimate's error (on a GPU the chosen size is then measured
-# by ``check_fits``), and rounds down to a multiple of AUTO_STEP tokens (few distinct sizes).
-AUTO_MARGIN = 0.8
-AUTO_STEP = 64
-
-
-def auto_max_tokens(
-    model_cfg: ModelConfig,
-    train_cfg: TrainConfig,
-    vocab_size: int,
-    precision: str,
-    memory_bytes: int,
-    world_size: int,
-) -> int:
-    """``max_tokens: auto`` on a device of ``memory_bytes``: the largest ``max_tokens`` whose
-    estimated worst-case batch fills at most ``AUTO_MARGIN`` of its usable memory, and at most
-    the device's share of an update, ``ceil(tokens_per_update / world_size)``: more would
-    overshoot the §5.1 update, less is made up by gradient accumulation. 0: not one token fits.
-    """
-    share = -(-train_cfg.tokens_per_update // world_size)
-    budget = int(memory_bytes * USABLE_FRACTION * AUTO_MARGIN)
-    cfg = dataclasses.replace(train_cfg, max_tokens=share)
-    fitting = largest_fitting_max_tokens(model_cfg, cfg, vocab_size, precision, budget)
-    return fitting - fitting % AUTO_STEP if fitting >= AUTO_STEP else fitting
 
 
 def _canonical(precision: str) -> str:
@@ -552,22 +264,6 @@ def model_name(preset: str, model_cfg: ModelConfig) -> str:
     return f"{preset} ({', '.join(changed)})" if changed else preset
 
 
-def largest_fitting_max_tokens(
-    model_cfg: ModelConfig, train_cfg: TrainConfig, vocab_size: int, precision: str, usable: int
-) -> int:
-    """The largest ``max_tokens`` whose estimated worst batch fits ``usable`` bytes (0: none)."""
-    params = count_parameters_of(model_cfg, vocab_size)
-    low, high = 0, train_cfg.max_tokens
-    while low < high:  # bisection on a peak that grows with max_tokens
-        mid = (low + high + 1) // 2
-        cfg = dataclasses.replace(train_cfg, max_tokens=mid)
-        if worst_batch(model_cfg, cfg, vocab_size, precision, params)[2].total <= usable:
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
 def refusal(
     plan: Plan, key: str, model_cfg: ModelConfig, train_cfg: TrainConfig, vocab: int
 ) -> str:
@@ -629,15 +325,3 @@ def size_max_tokens(
         raise ValueError(f"size_max_tokens sizes max_tokens 'auto', got {train_cfg.max_tokens!r}")
     cfg = dataclasses.replace(train_cfg, precision=precision, devices=target.devices)
     return plan_experiment("train", "", model_cfg, cfg, vocab_size, target)
-
-
-def this_device(
-    accelerator: str, device_index: int, processes: int, cpu_ram: int | None = None
-) -> tuple[torch.device | None, Target]:
-    """This process's device: the CUDA device ``device_index`` when training on a GPU, else the
-    CPU with ``cpu_ram`` bytes (None: the available RAM) shared by ``processes``."""
-    if accelerator in ("gpu", "cuda") and torch.cuda.is_available():
-        device = torch.device("cuda", device_index)
-        total = torch.cuda.get_device_properties(device).total_memory
-        return device, Target("cuda", processes, total, f"{torch.cuda.get_device_name(device)}")
-    return None, cpu_target(processes, cpu_ram)
