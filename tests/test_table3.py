@@ -259,3 +259,83 @@ def test_report_cli_adds_the_study_sections(tmp_path: Path) -> None:
     # a run without its summary: one line naming the file
     (runs / "b.E.seed2" / "train_summary.json").unlink()
     assert main(args) == 2
+
+
+# --- Table 3 at another scale -------------------------------------------------------------------
+
+STUDY = REPO_ROOT / "config" / "experiments" / "table3_cpu.yaml"
+
+
+def test_relative_rows_are_the_papers_changes_scaled_to_the_base() -> None:
+    from transformer_nmt.model.config import ModelConfig, table3_overrides
+
+    base = ModelConfig(N=3, d_model=128, d_ff=512, h=8, d_k=16, d_v=16)
+    assert table3_overrides("A1", base, "relative") == {"h": 1, "d_k": 128, "d_v": 128}
+    assert table3_overrides("A4", base, "relative") == {"h": 32, "d_k": 4, "d_v": 4}
+    assert table3_overrides("B1", base, "relative") == {"d_k": 4}
+    assert table3_overrides("C1", base, "relative") == {"N": 1}
+    assert table3_overrides("C3", base, "relative") == {"N": 4}
+    assert table3_overrides("C5", base, "relative") == {"d_model": 256, "d_k": 32, "d_v": 32}
+    assert table3_overrides("big", base, "relative") == {
+        "d_model": 256, "d_ff": 1024, "h": 16, "p_drop": 0.3,
+    }  # fmt: skip
+    assert table3_overrides("D3", base, "relative") == {"eps_ls": 0.0}  # not a size: as is
+    for row in TABLE3:  # (A) keeps h * d_k, as the paper does
+        if row.startswith("A"):
+            o = table3_overrides(row, base, "relative")
+            assert o["h"] * o["d_k"] == base.h * base.d_k
+    # the paper's scale: the paper's values
+    assert table3_overrides("A1", base) == TABLE3["A1"].overrides_dict()
+    with pytest.raises(ConfigError, match=r"row C1's N=2 .* scales the base's N=4 to 1.33333"):
+        table3_overrides("C1", ModelConfig(N=4), "relative")
+
+
+def test_the_cpu_study_expands_every_row_at_its_scale_with_seeds_where_given() -> None:
+    config = _load(STUDY)
+    pipeline = Pipeline(config)
+    assert set(pipeline.table3_rows) == set(TABLE3)
+    assert pipeline.groups["t3cpu"] == ["t3cpu.seed1", "t3cpu.seed2", "t3cpu.seed3"]
+    assert pipeline.groups["t3cpu.A1"] == ["t3cpu.A1"]  # one run, the base's train.seed
+    a1 = pipeline.experiment("t3cpu.A1")["model_overrides"]
+    assert (a1["h"], a1["d_k"], a1["d_model"], a1["N"]) == (1, 128, 128, 3)
+    assert pipeline.experiment("t3cpu.big")["model_overrides"]["d_ff"] == 1024
+    steps = {pipeline.experiment(r)["train"]["max_steps"] for r in pipeline.experiments()}
+    assert steps == {800}  # equal training steps for every row, stated in the file
+    config["table3"]["seeds"]["A3"] = [1, 2, 3]
+    assert Pipeline(config).groups["t3cpu.A3"] == [f"t3cpu.A3.seed{s}" for s in (1, 2, 3)]
+    config["table3"]["seeds"]["F9"] = [1]
+    with pytest.raises(ConfigError, match=r"table3.seeds: \['F9'\] are not rows"):
+        Pipeline(config)
+
+
+def test_verdicts_follow_the_papers_direction_and_the_p_value() -> None:
+    from transformer_nmt.evaluation.significance import BootstrapResult
+    from transformer_nmt.evaluation.table3 import RowTest, verdict
+
+    def test(delta: float, p: float) -> RowTest:
+        base = BootstrapResult(30.0, 30.0, 1.0, None, 100, 1)
+        return RowTest("t", BootstrapResult(30.0 + delta, 30.0 + delta, 1.0, p, 100, 1), base)
+
+    assert verdict(test(-1.0, 0.01), -0.9) == "holds"
+    assert verdict(test(+1.0, 0.01), -0.9) == "reverses"
+    assert verdict(test(+1.0, 0.20), -0.9) == "no significant difference"
+    assert verdict(test(+0.1, 0.60), 0.0) == "holds (no difference)"
+    assert verdict(test(+1.0, 0.01), 0.0) == "differs (paper: none)"
+    assert verdict(test(-1.0, 0.05), -0.9) == "no significant difference"  # p < 0.05 strictly
+
+
+def test_rows_within_twice_the_base_spread_are_named_for_more_seeds() -> None:
+    from transformer_nmt.evaluation.table3 import Table3Entry, seed_candidates
+
+    def entry(row: str, bleu: tuple[float, ...]) -> Table3Entry:
+        return Table3Entry(row, row, 1, (), bleu, ())
+
+    base = entry("base", (30.0, 31.0, 32.0))  # sd 1.0
+    entries = [base, entry("A1", (29.5,)), entry("A2", (33.0,)), entry("A3", (33.5,)),
+               entry("B1", (31.0, 31.2, 31.4))]  # fmt: skip
+    spread, rows = seed_candidates(entries)
+    assert spread == pytest.approx(1.0) and rows == ["A1", "A2"]  # B1 has seeds already
+    text = render_table3(entries, "dev")
+    assert "Rows within twice the base's seed spread (dev BLEU sd 1.00)" in text
+    assert "`table3: {seeds: {A1: [1, 2, 3], A2: [1, 2, 3]}}`" in text
+    assert seed_candidates([entry("base", (30.0,)), entry("A1", (30.0,))]) == (None, [])

@@ -214,6 +214,14 @@ def format_table(plans: list[Entry]) -> str:
                 f"{plan.throughput.tgt_tokens_per_s:,.0f} target tokens/s per device "
                 f"({plan.throughput.source}); assumes linear scaling over devices"
             )
+    hours = [entry.plan.hours for entry in plans]
+    if len(plans) > 1 and None not in hours:
+        notes.append(
+            f"total: {len(plans)} experiments, {sum(hours):.1f} hours ({60 * sum(hours):.0f} "
+            "minutes) of training one after "
+            f"another ({sum(e.plan.device_hours for e in plans):.1f} device-hours), data stages, "
+            "averaging and decoding not included"
+        )  # fmt: skip
     return "\n".join([*out, "", *(f"- {n}" for n in notes)])
 
 

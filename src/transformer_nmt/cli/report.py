@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -127,24 +128,20 @@ def study_sections(
     scores: Mapping[tuple[str, str], Mapping[str, Any]],
     runs_dir: Path,
     experiments: Mapping[str, Mapping[str, Any]],
+    figures_dir: Path | None = None,
+    report_dir: Path | None = None,
 ) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
     """The report's study sections (name -> Markdown: ``table3``, ``seeds``, ``significance``)
-    and the metrics they add to MLflow runs (experiment or group -> metrics)."""
+    and the metrics they add to MLflow runs (experiment or group -> metrics). With
+    ``figures_dir``, Table 3's Δ BLEU figure too (``<figures_dir>/table3_delta_bleu.png``, linked
+    relative to ``report_dir``)."""
     from transformer_nmt.evaluation import significance as sig
     from transformer_nmt.evaluation import table3
 
     sections: dict[str, str] = {}
     metrics: dict[str, dict[str, float]] = {}
     groups = studies.get("groups") or {}
-    if studies.get("table3"):
-        rows = studies["table3"]
-        runs = [r for e in rows.values() for r in groups.get(e, [e])]
-        devs = {run: table3.read_run_dev(runs_dir / run) for run in runs}
-        params = {run: _parameters(d.model_config, d.vocab_size) for run, d in devs.items()}
-        info = experiments.get(runs[0], {})
-        dev_set = f"{info.get('dataset', '?')} {info.get('pair', '?')} valid"
-        entries = table3.table3_entries(rows, groups, devs, params)
-        sections["table3"] = table3.render_table3(entries, dev_set)
+    results: dict[tuple[str, str], sig.BootstrapResult] = {}
     if groups:
         bleu = {key: float(data["bleu"]["score"]) for key, data in scores.items()}
         summaries = sig.seed_summaries(groups, bleu)
@@ -164,7 +161,6 @@ def study_sections(
                 return None
             return [read_lines(f["hyp"]) for f in files]  # type: ignore[index]
 
-        results: dict[tuple[str, str], sig.BootstrapResult] = {}
         signatures = []
         test_sets = sorted({t for (run, t) in scores if run in members[baseline]})
         for test_set in test_sets:
@@ -202,7 +198,44 @@ def study_sections(
             sections["significance"] = sig.render_significance(
                 baseline, results, signatures, resamples
             )
+    if studies.get("table3"):
+        rows = studies["table3"]
+        runs = [r for e in rows.values() for r in groups.get(e, [e])]
+        devs = {run: table3.read_run_dev(runs_dir / run) for run in runs}
+        params = {run: _parameters(d.model_config, d.vocab_size) for run, d in devs.items()}
+        info = experiments.get(runs[0], {})
+        dev_set = f"{info.get('dataset', '?')} {info.get('pair', '?')} valid"
+        entries = table3.table3_entries(rows, groups, devs, params)
+        tested = _table3_tests(rows, results if studies.get("significance") else {})
+        sections["table3"] = table3.render_table3(entries, dev_set, tested)
+        if tested and figures_dir is not None:
+            png = table3.delta_figure(entries, tested, Path(figures_dir) / "table3_delta_bleu.png")
+            link = os.path.relpath(png, report_dir or Path.cwd())
+            sections["table3"] += (
+                f"\n![Table 3: Δ BLEU against the base]({link})\n\n*Δ BLEU of each row against "
+                f"the base, ours with its 95% interval, the paper's beside it* "
+                f"([data]({os.path.relpath(png.with_suffix('.csv'), report_dir or Path.cwd())}))\n"
+            )
     return sections, metrics
+
+
+def _table3_tests(
+    rows: Mapping[str, str], results: Mapping[tuple[str, str], Any]
+) -> dict[str, Any]:
+    """Each Table 3 row's paired bootstrap against the base row on the first test set that has
+    them all (``table3.RowTest``); empty without a significance study against the base."""
+    from transformer_nmt.evaluation.table3 import RowTest
+
+    base = rows.get("base")
+    for test_set in sorted({t for (_, t) in results}):
+        if (base, test_set) not in results:
+            continue
+        return {
+            row: RowTest(test_set, results[(exp, test_set)], results[(base, test_set)])
+            for row, exp in rows.items()
+            if row != "base" and (exp, test_set) in results
+        }
+    return {}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -221,7 +254,9 @@ def run(args: argparse.Namespace) -> int:
         figures = _figures(paths, experiments, args.figures_dir)
         text += render_figures(figures, Path(args.out).parent)
     runs_dir = Path(args.runs_dir) if args.runs_dir else Path(args.scores[0]).parent.parent
-    sections, metrics = study_sections(studies, _read_scores(paths), runs_dir, experiments)
+    sections, metrics = study_sections(
+        studies, _read_scores(paths), runs_dir, experiments, args.figures_dir, Path(args.out).parent
+    )
     text += "".join(f"\n{section}" for section in sections.values())
     with atomic_open(args.out) as handle:
         handle.write(text)

@@ -8,6 +8,13 @@ search on the whole dev set with the trained weights, no checkpoint averaging: w
 Table 3 reports). The parameter count is computed from the run's model config and vocabulary by
 the caller (``cli/report.py``), so that this module needs no model. A row trained once per seed
 shows the mean over its runs (± the sample standard deviation).
+
+With a significance study against the base row, each row also gets its test BLEU with sacreBLEU's
+95% interval and the paired bootstrap's p-value against the base (``RowTest``), and a verdict on
+the paper's finding (``verdict``): its direction holds, reverses, or there is no significant
+difference at this scale. ``seed_candidates``: the rows whose dev BLEU lies within twice the
+base's seed spread, where one run cannot decide (the config key ``table3.seeds`` gives them
+more). ``delta_figure`` draws each row's Δ BLEU against the base beside the paper's.
 """
 
 from __future__ import annotations
@@ -23,6 +30,34 @@ from transformer_nmt.errors import DataError
 from transformer_nmt.io_utils import read_json
 from transformer_nmt.model.config import TABLE3
 from transformer_nmt.runs.layout import SUMMARY_FILE
+
+SIGNIFICANCE_LEVEL = 0.05
+
+
+@dataclass(frozen=True)
+class RowTest:
+    """A row's paired bootstrap against the base row on one test set (``evaluation.
+    significance.BootstrapResult`` of the row and of the base)."""
+
+    test_set: str
+    row: Any
+    base: Any
+
+    @property
+    def delta(self) -> float:
+        return self.row.bleu - self.base.bleu
+
+
+def verdict(test: RowTest, paper_delta: float) -> str:
+    """The paper's finding for a row at this scale: its direction holds, reverses, or no
+    significant difference (p >= 0.05); a paper difference of 0 holds when ours is not
+    significant either."""
+    significant = test.row.p_value is not None and test.row.p_value < SIGNIFICANCE_LEVEL
+    if not significant:
+        return "holds (no difference)" if paper_delta == 0 else "no significant difference"
+    if paper_delta == 0:
+        return "differs (paper: none)"
+    return "holds" if (test.delta > 0) == (paper_delta > 0) else "reverses"
 
 
 @dataclass(frozen=True)
@@ -69,6 +104,7 @@ class Table3Entry:
     dev_ppl: tuple[float, ...]
     dev_bleu: tuple[float, ...]
     steps: tuple[int, ...]
+    changes: tuple[str, ...] = ()  # our model's differences from the base row's ("key=value")
 
     @staticmethod
     def mean(values: Sequence[float]) -> float | None:
@@ -85,12 +121,15 @@ def table3_entries(
     maps an experiment to its runs (absent: the experiment is one run); ``params``: run ->
     parameter count."""
     entries = []
+    base_members = list(groups.get(rows["base"], [rows["base"]])) if "base" in rows else []
+    base_cfg = runs[base_members[0]].model_config if base_members else {}
     for row in TABLE3:
         if row not in rows:
             continue
         experiment = rows[row]
         members = list(groups.get(experiment, [experiment]))
         devs = [runs[m] for m in members]
+        cfg = devs[0].model_config
         entries.append(
             Table3Entry(
                 row=row,
@@ -99,6 +138,9 @@ def table3_entries(
                 dev_ppl=tuple(d.dev_ppl for d in devs if d.dev_ppl is not None),
                 dev_bleu=tuple(d.dev_bleu for d in devs if d.dev_bleu is not None),
                 steps=tuple(d.step for d in devs if d.step is not None),
+                changes=tuple(
+                    f"{k}={v}" for k, v in cfg.items() if base_cfg and base_cfg.get(k) != v
+                ),
             )
         )
     return entries
@@ -116,9 +158,27 @@ def _delta(value: float | None, base: float | None) -> str:
     return "—" if value is None or base is None else f"{value - base:+.2f}"
 
 
-def render_table3(entries: Sequence[Table3Entry], dev_set: str) -> str:
+def seed_candidates(entries: Sequence[Table3Entry]) -> tuple[float | None, list[str]]:
+    """(the base row's dev BLEU sample std, the rows trained once whose dev BLEU differs from
+    the base's mean by at most twice it); (None, []) without a base of two or more seeds."""
+    base = next((e for e in entries if e.row == "base"), None)
+    if base is None or len(base.dev_bleu) < 2:
+        return None, []
+    spread = statistics.stdev(base.dev_bleu)
+    mean = statistics.fmean(base.dev_bleu)
+    return spread, [
+        e.row for e in entries
+        if e.row != "base" and len(e.dev_bleu) == 1 and abs(e.dev_bleu[0] - mean) <= 2 * spread
+    ]  # fmt: skip
+
+
+def render_table3(
+    entries: Sequence[Table3Entry], dev_set: str, tests: Mapping[str, RowTest] | None = None
+) -> str:
     """Markdown: per row, what it changes, parameters (ours, paper's), dev perplexity and dev
-    BLEU (ours, paper's) and the differences from the base row (ours, paper's)."""
+    BLEU (ours, paper's) and the differences from the base row (ours, paper's); with ``tests``
+    (row -> its paired bootstrap against the base), its test BLEU [95% CI], p-value and the
+    verdict on the paper's finding, and the count of findings that hold."""
     if not entries:
         raise DataError("Table 3: no rows to report")
     base = next((e for e in entries if e.row == "base"), None)
@@ -143,6 +203,8 @@ def render_table3(entries: Sequence[Table3Entry], dev_set: str) -> str:
         paper = TABLE3[e.row]
         ppl, bleu = Table3Entry.mean(e.dev_ppl), Table3Entry.mean(e.dev_bleu)
         changes = ", ".join(paper.overrides) if paper.overrides else "—"
+        if e.changes and set(e.changes) != set(paper.overrides):  # a study at another scale
+            changes += f" → ours: {', '.join(e.changes)}"
         steps = ", ".join(str(s) for s in sorted(set(e.steps))) or "—"
         lines.append(
             f"| {e.row} | {e.experiment} | {changes} | {e.params / 1e6:.2f} "
@@ -151,4 +213,89 @@ def render_table3(entries: Sequence[Table3Entry], dev_set: str) -> str:
             f"| {_value(e.dev_bleu)} | {paper.paper_dev_bleu:.1f} | {_delta(bleu, base_bleu)} "
             f"| {paper.paper_dev_bleu - paper_base.paper_dev_bleu:+.1f} | {steps} |"
         )
+    if tests:
+        lines += _render_verdicts(entries, tests)
+    spread, candidates = seed_candidates(entries)
+    if candidates:
+        seeds = ", ".join(f"{row}: [1, 2, 3]" for row in candidates)
+        lines += [
+            "",
+            f"Rows within twice the base's seed spread (dev BLEU sd {spread:.2f}), where one run "
+            f"cannot decide: {', '.join(candidates)}. More seeds for them: "
+            f"`table3: {{seeds: {{{seeds}}}}}`.",
+        ]
     return "\n".join(lines) + "\n"
+
+
+def _render_verdicts(entries: Sequence[Table3Entry], tests: Mapping[str, RowTest]) -> list[str]:
+    """The verdict table: each tested row's test BLEU against the base's, and the finding."""
+    paper_base = TABLE3["base"].paper_dev_bleu
+    test_set = next(iter(tests.values())).test_set
+    lines = [
+        "",
+        f"Against the base row on {test_set} (sacreBLEU's paired bootstrap; rows with seeds: "
+        f"their runs concatenated): BLEU [95% CI], Δ, p-value, and the verdict on the paper's "
+        f"finding (its Δ dev BLEU): *holds* (same direction, p < {SIGNIFICANCE_LEVEL}), "
+        "*reverses* (opposite, p < 0.05), *no significant difference* (p ≥ 0.05).",
+        "",
+        "| row | BLEU [95% CI] | base | Δ BLEU | paper Δ | p-value | verdict |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    counts: dict[str, int] = {}
+    for e in entries:
+        test = tests.get(e.row)
+        if test is None:
+            continue
+        paper_delta = round(TABLE3[e.row].paper_dev_bleu - paper_base, 1)
+        found = verdict(test, paper_delta)
+        counts[found] = counts.get(found, 0) + 1
+        low, high = test.row.interval
+        lines.append(
+            f"| {e.row} | {test.row.bleu:.2f} [{low:.2f}, {high:.2f}] | {test.base.bleu:.2f} "
+            f"| {test.delta:+.2f} | {paper_delta:+.1f} | {test.row.p_value:.4f} | {found} |"
+        )
+    holding = counts.get("holds", 0) + counts.get("holds (no difference)", 0)
+    lines += [
+        "",
+        f"The paper's finding holds for {holding} of {sum(counts.values())} rows "
+        f"({'; '.join(f'{k}: {v}' for k, v in sorted(counts.items()))}).",
+    ]
+    return lines
+
+
+def delta_figure(entries: Sequence[Table3Entry], tests: Mapping[str, RowTest], png: Path) -> Path:
+    """Each tested row's Δ test BLEU against the base with its 95% interval (the row's
+    bootstrap interval less the base's BLEU), the paper's Δ dev BLEU beside it; also a CSV."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [e.row for e in entries if e.row in tests]
+    paper_base = TABLE3["base"].paper_dev_bleu
+    ours = [tests[r].delta for r in rows]
+    low = [tests[r].delta - (tests[r].row.interval[0] - tests[r].base.bleu) for r in rows]
+    high = [(tests[r].row.interval[1] - tests[r].base.bleu) - tests[r].delta for r in rows]
+    paper = [TABLE3[r].paper_dev_bleu - paper_base for r in rows]
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(rows) + 2), 4))
+    x = list(range(len(rows)))
+    ax.axhline(0, color="grey", linewidth=0.8)
+    ax.errorbar(
+        [i - 0.15 for i in x], ours, yerr=[[max(v, 0) for v in low], [max(v, 0) for v in high]],
+        fmt="o", capsize=3, label=f"ours, Δ test BLEU ({tests[rows[0]].test_set}), 95% CI",
+    )  # fmt: skip
+    ax.plot([i + 0.15 for i in x], paper, "s", label="paper, Δ dev BLEU (newstest2013)")
+    ax.set_xticks(x, rows)
+    ax.set_ylabel("Δ BLEU against base")
+    ax.set_title("Table 3: each variation against the base model")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    with open(png.with_suffix(".csv"), "w", encoding="utf-8") as handle:
+        handle.write("row,delta_bleu,ci_low,ci_high,paper_delta_dev_bleu\n")
+        for r, d, paper_d in zip(rows, ours, paper, strict=True):
+            lo, hi = (v - tests[r].base.bleu for v in tests[r].row.interval)
+            handle.write(f"{r},{d:.4f},{lo:.4f},{hi:.4f},{paper_d:.1f}\n")
+    return png

@@ -15,7 +15,7 @@ from typing import Any
 
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.experiments.paths import TRAIN_SUMMARY
-from transformer_nmt.model.config import TABLE3
+from transformer_nmt.model.config import TABLE3, apply_overrides, get_preset, table3_overrides
 
 
 @dataclass
@@ -38,8 +38,10 @@ class Studies:
 
     def _expand_table3(self, experiments: dict[str, Any]) -> dict[str, Any]:
         """``table3: {base: E, rows: [A1, ...]}`` adds ``E.A1``, ...: E with the row's model
-        overrides on top of its own (the paper's values, Table 3), everything else (data,
-        ``train`` budget, seeds, search) E's."""
+        overrides on top of its own (``scale: paper``, the default: the paper's values, Table 3;
+        ``relative``: the paper's changes scaled to E's sizes, ``model.config.table3_overrides``),
+        everything else (data, ``train`` budget, search) E's; seeds E's, or the row's own in
+        ``table3.seeds: {<row or base>: [s, ...]}``."""
         study = self.config.get("table3")
         if not study:
             return dict(experiments)
@@ -49,6 +51,14 @@ class Studies:
             raise ConfigError(f"table3.base: '{base}' is not an experiment (experiments: {known})")
         expanded = dict(experiments)
         self.table3_rows["base"] = base
+        base_exp = experiments[base]
+        base_model = apply_overrides(get_preset(base_exp["preset"]), base_exp["model_overrides"])
+        row_seeds = dict(study.get("seeds", {}))
+        unknown = sorted(set(row_seeds) - set(study["rows"]) - {"base"})
+        if unknown:
+            raise ConfigError(f"table3.seeds: {unknown} are not rows of table3.rows")
+        if "base" in row_seeds:
+            expanded[base] = {**base_exp, "seeds": row_seeds["base"]}
         for row_name in study["rows"]:
             if row_name not in TABLE3 or row_name == "base":
                 known = ", ".join(r for r in TABLE3 if r != "base")
@@ -59,8 +69,10 @@ class Studies:
             exp = copy.deepcopy(experiments[base])
             exp["model_overrides"] = {
                 **exp["model_overrides"],
-                **TABLE3[row_name].overrides_dict(),
+                **table3_overrides(row_name, base_model, study.get("scale", "paper")),
             }
+            if row_name in row_seeds:  # seeds where they decide (the report says which rows)
+                exp["seeds"] = row_seeds[row_name]
             expanded[name] = exp
             self.table3_rows[row_name] = name
         train = experiments[base]["train"]

@@ -187,6 +187,45 @@ def table3_config(name: str) -> ModelConfig:
     return apply_overrides(PRESETS["base"], row.overrides)
 
 
+# Table 3's rows change these sizes; at another scale a row changes them by the paper's factor.
+TABLE3_SIZES = ("N", "d_model", "d_ff", "h", "d_k", "d_v")
+TABLE3_SCALES = ("paper", "relative")
+
+
+def table3_overrides(name: str, base: ModelConfig, scale: str = "paper") -> dict[str, Any]:
+    """Row ``name``'s overrides of a base model. ``scale="paper"``: the paper's values as
+    they are (for a base of the paper's size). ``"relative"``: each size the row changes is
+    ``base``'s times the paper's factor (row value / the paper's base value: A1's h=1, d_k=512
+    on a base with h=8, d_k=16 gives h=1, d_k=128, so h*d_k stays base's, as the paper keeps
+    it; "big" doubles d_model, d_ff and h, as the paper's big does its base); the other keys
+    (dropout, label smoothing, positions) keep the paper's values. A size that would not be a
+    whole number is a ConfigError naming the row."""
+    if scale not in TABLE3_SCALES:
+        raise ConfigError(f"table3.scale: {scale!r} is not one of {TABLE3_SCALES}")
+    try:
+        row = TABLE3[name]
+    except KeyError:
+        raise ConfigError(f"unknown Table 3 row {name!r}; choose one of {list(TABLE3)}") from None
+    overrides = row.overrides_dict()
+    if scale == "paper":
+        return overrides
+    paper_base = PRESETS["base"]
+    scaled: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key not in TABLE3_SIZES:
+            scaled[key] = value
+            continue
+        size = getattr(base, key) * value / getattr(paper_base, key)
+        if size != int(size) or size < 1:
+            raise ConfigError(
+                f"table3: row {name}'s {key}={value} (the paper's base: "
+                f"{getattr(paper_base, key)}) scales the base's {key}={getattr(base, key)} to "
+                f"{size:g}, not a whole size: choose a base whose {key} the paper's factors divide"
+            )
+        scaled[key] = int(size)
+    return scaled
+
+
 # --- overrides ---------------------------------------------------------------------------------
 
 _FIELD_TYPES: dict[str, type] = {

@@ -29,6 +29,7 @@ vocabulary in one import.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import torch
@@ -75,7 +76,8 @@ __all__ = [  # the plan's names, and those of its parts (re-exported)
     "RECORDED_THROUGHPUT", "SHAPE_FIELDS", "USABLE_FRACTION", "GpuKind", "Measurement",
     "MemoryEstimate", "Plan", "Target", "Throughput", "auto_max_tokens", "available_ram_bytes",
     "check_fits", "cpu_target", "estimate_peak_bytes", "gpu_target", "largest_fitting_max_tokens",
-    "measure_peak_bytes", "model_name", "plan_experiment", "precision_bytes", "refusal",
+    "measure_peak_bytes", "model_from_name", "model_name", "plan_experiment",
+    "scaled_throughput", "precision_bytes", "refusal",
     "resolve_plan_precision", "size_max_tokens", "this_device", "total_ram_bytes", "width_limit",
     "worst_batch",
 ]  # fmt: skip
@@ -208,6 +210,8 @@ def plan_experiment(
     throughput = RECORDED_THROUGHPUT.get((model, target.kind))
     if throughput is not None and throughput.precision not in (None, _canonical(precision)):
         throughput = None  # measured in another precision: not this plan's speed
+    if throughput is None:
+        throughput = scaled_throughput(params, vocab_size, target.kind, _canonical(precision))
     if measure_on is not None:
         measured = measure_peak_bytes(
             model_cfg, vocab_size, rows, width, precision, measure_on,
@@ -247,6 +251,44 @@ def plan_experiment(
 
 
 SHAPE_FIELDS = ("N", "d_model", "d_ff", "h", "d_k", "d_v")  # what a step's cost depends on
+
+
+def model_from_name(name: str) -> ModelConfig | None:
+    """The model a ``model_name`` names (``"tiny (d_model 128, d_ff 512)"``); None if unknown."""
+    preset, _, fields_text = name.partition(" (")
+    try:
+        cfg = get_preset(preset)
+        changes = dict(item.split(" ", 1) for item in fields_text.rstrip(")").split(", ") if item)
+        return dataclasses.replace(cfg, **{k: int(v) for k, v in changes.items()})
+    except (ConfigError, ValueError, TypeError):
+        return None
+
+
+def scaled_throughput(params: int, vocab_size: int, kind: str, precision: str) -> Throughput | None:
+    """A speed for a model with no recorded one on ``kind``: the recorded model on that device
+    kind (and precision) nearest in parameter count, its tokens/s scaled by the ratio of the
+    parameter counts (a step's work per token grows with them; attention over the sentence
+    length is left out, so short-sentence data fits best). The source says so."""
+    best: tuple[float, Throughput, str, int] | None = None
+    for (name, recorded_kind), throughput in RECORDED_THROUGHPUT.items():
+        if recorded_kind != kind or throughput.precision not in (None, precision):
+            continue
+        cfg = model_from_name(name)
+        if cfg is None:
+            continue
+        recorded_params = count_parameters_of(cfg, vocab_size)
+        distance = abs(math.log(recorded_params / params))
+        if best is None or distance < best[0]:
+            best = (distance, throughput, name, recorded_params)
+    if best is None:
+        return None
+    _, throughput, name, recorded_params = best
+    return Throughput(
+        throughput.tgt_tokens_per_s * recorded_params / params,
+        f"scaled from {name}'s {throughput.tgt_tokens_per_s:,.0f} tokens/s by its parameter "
+        f"count, {recorded_params / 1e6:.1f}M against {params / 1e6:.1f}M ({throughput.source})",
+        throughput.precision,
+    )
 
 
 def model_name(preset: str, model_cfg: ModelConfig) -> str:
