@@ -314,11 +314,6 @@ def test_bleu_tokenization_follows_the_target_language() -> None:
     assert bleu_tokenizer("zh") == "zh" and bleu_tokenizer("th") == "char"
     assert bleu_tokenizer("ja") == ("ja-mecab" if tokenizer_available("ja-mecab") else "char")
     assert bleu_tokenizer("ko") == ("ko-mecab" if tokenizer_available("ko-mecab") else "char")
-    with pytest.raises(ConfigError, match=r"sacreBLEU has no tokenizer 'moses'"):
-        bleu_tokenizer("de", "moses")
-    if not tokenizer_available("ja-mecab"):
-        with pytest.raises(ConfigError, match=r"needs sacrebleu\[ja\]: pip install"):
-            bleu_tokenizer("ja", "ja-mecab")
 
 
 def test_tokenized_bleu_is_undefined_where_words_are_not_space_separated(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ from typing import Any
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesTokenizer
 
-from transformer_nmt.errors import ConfigError, DataError
+from transformer_nmt.errors import DataError
 from transformer_nmt.io_utils import read_lines
 from transformer_nmt.languages import space_separated
 
@@ -66,7 +66,7 @@ LC_TOK_BLEU_METHOD = (
 # sacreBLEU's own choices (BLEU(trg_lang=...)): zh, ja-mecab, ko-mecab; every other language
 # written without spaces between words (languages.UNSEGMENTED): char; the rest 13a.
 _TOKENIZER_BY_LANGUAGE = {"zh": "zh", "yue": "zh", "cmn": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}
-_NEEDS_EXTRA = {"ja-mecab": "sacrebleu[ja]", "ko-mecab": "sacrebleu[ko]"}
+_NEEDS_EXTRA = ("ja-mecab", "ko-mecab")  # MeCab: sacreBLEU's extras sacrebleu[ja] / [ko]
 
 
 def tokenizer_available(name: str) -> bool:
@@ -78,25 +78,9 @@ def tokenizer_available(name: str) -> bool:
     return True
 
 
-def bleu_tokenizer(tgt_lang: str, requested: str = "auto") -> str:
-    """sacreBLEU's tokenizer for BLEU on ``tgt_lang`` (see the module docstring); ``requested``
-    other than ``auto`` is checked (ConfigError naming it when sacreBLEU has no such tokenizer
-    or lacks its extra dependency)."""
-    if requested != "auto":
-        from sacrebleu.metrics.bleu import _TOKENIZERS
-
-        if requested not in _TOKENIZERS:
-            raise ConfigError(
-                f"bleu_tokenize: sacreBLEU has no tokenizer {requested!r} "
-                f"(it has: auto, {', '.join(_TOKENIZERS)})"
-            )
-        if not tokenizer_available(requested):
-            extra = _NEEDS_EXTRA.get(requested, "its dependencies")
-            raise ConfigError(
-                f"bleu_tokenize: sacreBLEU's tokenizer {requested!r} needs {extra}: "
-                f"pip install '{extra}', or choose auto"
-            )
-        return requested
+def bleu_tokenizer(tgt_lang: str) -> str:
+    """sacreBLEU's tokenizer for BLEU on ``tgt_lang`` (see the module docstring): there is one
+    for every code (13a needs no language), so no code is refused."""
     chosen = _TOKENIZER_BY_LANGUAGE.get(tgt_lang, "13a" if space_separated(tgt_lang) else "char")
     if chosen in _NEEDS_EXTRA and not tokenizer_available(chosen):
         return "char"  # sacreBLEU's extra is not installed: characters, named in the signature
