@@ -60,6 +60,9 @@ def test_plan_prints_a_row_per_experiment_of_every_config(
     if "table3" in settings:  # one experiment <base>.<row> per Table 3 row, the base's batch
         base = settings["table3"]["base"]
         expected |= {f"{base}.{row}" for row in settings["table3"]["rows"]}
+        for row, seeds in settings["table3"].get("seeds", {}).items():  # a run per seed
+            name = base if row == "base" else f"{base}.{row}"
+            expected = (expected - {name}) | {f"{name}.seed{s}" for s in seeds}
     rows = _rows(out)
     assert set(rows) == expected
     for name, cells in rows.items():
