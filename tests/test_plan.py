@@ -4,6 +4,7 @@ refusals; the memory estimate against measurements; the train stage's own check.
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from tests.test_training import corpus, train_argv  # noqa: F401 (a fixture)
 from transformer_nmt.cli import main
 from transformer_nmt.cli.plan import free_disk_bytes as REAL_FREE_DISK_BYTES
 from transformer_nmt.errors import ConfigError
-from transformer_nmt.model.config import ModelConfig
+from transformer_nmt.model.config import ModelConfig, apply_overrides, get_preset
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.training import hardware
 from transformer_nmt.training import preflight as pf
@@ -221,10 +222,22 @@ def test_cpu_hours_come_from_the_recorded_throughput_of_the_models_own_shape(
     # tiny's own shape: tiny's recorded speed
     rate = pf.RECORDED_THROUGHPUT[("tiny", "cpu")]
     assert hours({})[0] == f"{steps * tokens / rate.tgt_tokens_per_s / 3600:,.1f}"
-    # a shape nobody measured: no hours, and the note says why
-    cell, out = hours({"d_model": 192, "d_k": 48, "d_v": 48})
-    assert cell == "n/a"
-    assert "no recorded throughput for tiny (d_model 192, d_k 48, d_v 48) on cpu" in out
+    # a shape nobody measured: the nearest recorded model's speed scaled by parameter count
+    wide = {"d_model": 192, "d_k": 48, "d_v": 48}
+    cell, out = hours(wide)
+    vocab = config["data"]["multi30k"]["en-de"]["vocab_size"]
+    params = pf.count_parameters_of(apply_overrides(get_preset("tiny"), wide), vocab)
+    scaled = pf.scaled_throughput(params, vocab, "cpu", "32-true")
+    narrow_params = pf.count_parameters_of(apply_overrides(get_preset("tiny"), narrow), vocab)
+    tiny_params = pf.count_parameters_of(get_preset("tiny"), vocab)
+    nearest = min((narrow_params, 5473), (tiny_params, 3183),
+                  key=lambda p: abs(math.log(p[0] / params)))  # fmt: skip
+    assert scaled.tgt_tokens_per_s == pytest.approx(nearest[1] * nearest[0] / params)
+    assert cell == f"{steps * tokens / scaled.tgt_tokens_per_s / 3600:,.1f}"
+    assert "speed of tiny (d_model 192, d_k 48, d_v 48) on cpu: " in out
+    assert "by its parameter count" in out
+    # where nothing is recorded for the device kind at all: no hours, and the note says why
+    assert pf.scaled_throughput(params, vocab, "h100", "bf16-mixed") is None
 
 
 def test_a_worst_batch_too_big_for_a_v100_is_refused_naming_the_key(

@@ -47,6 +47,7 @@ def test_every_paper_recipe_is_present() -> None:
     assert {p.stem for p in RECIPES} == {
         "wmt14_en_de_base", "wmt14_en_de_big", "wmt14_en_fr_base", "wmt14_en_fr_big",
         "multi30k_en_de_base", "multi30k_en_fr_base", "multi30k_en_de_cpu", "table3_multi30k",
+        "table3_cpu",
     }  # fmt: skip
 
 
