@@ -229,3 +229,15 @@ def test_the_search_names_of_the_former_translation_module_warn() -> None:
         assert "has no attribute 'greedy_search'" in str(err)
     else:
         raise AssertionError("translation.greedy_search exists")
+
+
+def test_argparse_stays_in_the_cli() -> None:
+    """The stages' arguments are the CLI's (``cli/arguments.py``): tracking parses no
+    command line."""
+    found = sorted(
+        name
+        for name in _rooms("transformer_nmt.tracking")
+        for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8")))
+        if isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names)
+    )
+    assert found == []

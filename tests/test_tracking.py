@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from transformer_nmt import tracking
+from transformer_nmt.cli.arguments import add_tracking_arguments, tracking_run_dir
 
 
 @pytest.fixture()
@@ -41,7 +42,7 @@ def test_tracking_uri_default_and_env(monkeypatch: pytest.MonkeyPatch, tmp_path:
 
 def test_cli_arguments_default_to_untracked() -> None:
     parser = argparse.ArgumentParser()
-    tracking.add_cli_arguments(parser)
+    add_tracking_arguments(parser)
     args = parser.parse_args([])
     assert args.mlflow_experiment is None and args.mlflow_run is None
     args = parser.parse_args(["--mlflow-experiment", "multi30k_en-de", "--mlflow-run", "tiny"])
@@ -298,19 +299,19 @@ def test_the_run_directory_identifies_the_run(
     assert _record(a)["tracking_uri"] == other
 
 
-def test_run_dir_arg_takes_the_flag_or_the_stages_own_directory(tmp_path: Path) -> None:
+def test_tracking_run_dir_takes_the_flag_or_the_stages_own_directory(tmp_path: Path) -> None:
     from transformer_nmt.errors import ConfigError
 
     parser = argparse.ArgumentParser()
-    tracking.add_cli_arguments(parser)
+    add_tracking_arguments(parser)
     run = tmp_path / "runs" / "e"
-    assert tracking.run_dir_arg(parser.parse_args([])) is None
-    assert tracking.run_dir_arg(parser.parse_args([]), run) == run
+    assert tracking_run_dir(parser.parse_args([])) is None
+    assert tracking_run_dir(parser.parse_args([]), run) == run
     flagged = parser.parse_args(["--mlflow-run-dir", str(run)])
-    assert tracking.run_dir_arg(flagged) == run
-    assert tracking.run_dir_arg(flagged, tmp_path / "runs" / ".." / "runs" / "e") == run
+    assert tracking_run_dir(flagged) == run
+    assert tracking_run_dir(flagged, tmp_path / "runs" / ".." / "runs" / "e") == run
     with pytest.raises(ConfigError, match="--mlflow-run-dir .* is not --run-dir"):
-        tracking.run_dir_arg(flagged, tmp_path / "elsewhere")
+        tracking_run_dir(flagged, tmp_path / "elsewhere")
 
 
 # --- the training logger: one point per step, a failing store ----------------------------------

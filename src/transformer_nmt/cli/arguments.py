@@ -2,7 +2,8 @@
 
 ``add_search_arguments`` / ``search_settings``: the §6.1 beam search's flags and their
 ``SearchSettings`` (translate, average, select-alpha, register, attention-maps, and the decoding
-benchmarks).
+benchmarks). ``add_tracking_arguments`` / ``tracking_run_dir``: the ``--mlflow-*`` flags of
+every tracked stage (``tracking.stage_run`` reads what they name).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from transformer_nmt.errors import ConfigError
 from transformer_nmt.search.settings import EARLY_STOP, SearchSettings
 
 log = logging.getLogger(__name__)
@@ -71,3 +73,37 @@ def search_settings(args: argparse.Namespace) -> SearchSettings:
         beam=args.beam, alpha=alpha, max_len_b=args.max_len_b, max_tokens=args.max_tokens,
         nbest=getattr(args, "nbest", 1), early_stop=args.early_stop,
     )  # fmt: skip
+
+
+def add_tracking_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--mlflow-experiment`` and ``--mlflow-run``; without both a stage does not track."""
+    group = parser.add_argument_group("MLflow tracking (off unless both are given)")
+    group.add_argument(
+        "--mlflow-experiment",
+        default=None,
+        metavar="NAME",
+        help="MLflow experiment = dataset pair, e.g. multi30k_en-de",
+    )
+    group.add_argument(
+        "--mlflow-run",
+        default=None,
+        metavar="NAME",
+        help="MLflow run = the pipeline experiment's name",
+    )
+    group.add_argument(
+        "--mlflow-run-dir",
+        default=None,
+        type=Path,
+        metavar="DIR",
+        help="the experiment's run directory (results/runs/<experiment>): its mlflow_run.json "
+        "and absolute path identify the MLflow run (without it: the newest run of that name)",
+    )
+
+
+def tracking_run_dir(args: argparse.Namespace, run_dir: Path | None = None) -> Path | None:
+    """The run directory that keys the MLflow run: ``--mlflow-run-dir``, else the stage's own
+    ``run_dir`` (train and register have ``--run-dir``); both given must be one directory."""
+    given = getattr(args, "mlflow_run_dir", None)
+    if given is not None and run_dir is not None and given.resolve() != run_dir.resolve():
+        raise ConfigError(f"--mlflow-run-dir {given} is not --run-dir {run_dir}: give one")
+    return given if given is not None else run_dir

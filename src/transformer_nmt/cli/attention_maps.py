@@ -13,7 +13,12 @@ import argparse
 import logging
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.arguments import add_search_arguments, search_settings
+from transformer_nmt.cli.arguments import (
+    add_search_arguments,
+    add_tracking_arguments,
+    search_settings,
+    tracking_run_dir,
+)
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.runs.layout import FIGURES_DIR
 
@@ -44,7 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda:0")
     add_search_arguments(parser)
-    tracking.add_cli_arguments(parser)
+    add_tracking_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         args.mlflow_run,
         "attention_maps",
         params,
-        run_dir=tracking.run_dir_arg(args),
+        run_dir=tracking_run_dir(args),
     ) as tracked:
         translator = Translator(args.model, args.spm_model, settings, args.device)
         n_layers = translator.model.cfg.N

@@ -13,7 +13,12 @@ import logging
 from pathlib import Path
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.arguments import add_search_arguments, search_settings
+from transformer_nmt.cli.arguments import (
+    add_search_arguments,
+    add_tracking_arguments,
+    search_settings,
+    tracking_run_dir,
+)
 from transformer_nmt.errors import CheckpointError, ConfigError
 from transformer_nmt.runs.layout import SELECTION_FILE
 
@@ -40,7 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dev-ref", type=Path, help="--last auto: dev references")
     parser.add_argument("--tgt-lang", help="--last auto: target language (for scoring)")
     add_search_arguments(parser)  # --last auto: the search that scores the dev set
-    tracking.add_cli_arguments(parser)
+    add_tracking_arguments(parser)
 
 
 def select(args: argparse.Namespace) -> list[Path]:
@@ -103,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         "average",
         params={"last": args.last if args.last is not None else len(paths)},
         tags={"average.sources": ",".join(p.name for p in paths)},
-        run_dir=tracking.run_dir_arg(args),
+        run_dir=tracking_run_dir(args),
     ) as mlrun:
         if args.last == AUTO:
             num_averaged = _select_on_dev(args, paths, mlrun, max(steps))

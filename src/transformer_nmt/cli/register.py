@@ -15,7 +15,12 @@ import logging
 from pathlib import Path
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.arguments import add_search_arguments, search_settings
+from transformer_nmt.cli.arguments import (
+    add_search_arguments,
+    add_tracking_arguments,
+    search_settings,
+    tracking_run_dir,
+)
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.io_utils import write_json
 
@@ -37,7 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", type=Path, default=None, help="JSON record of the model URIs")
     add_search_arguments(parser)
-    tracking.add_cli_arguments(parser)
+    add_tracking_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     del translator
     name = args.name or args.mlflow_run
     params = {**dataclasses.asdict(settings), "name": name}
-    run_dir = tracking.run_dir_arg(args, args.run_dir)
+    run_dir = tracking_run_dir(args, args.run_dir)
     with tracking.stage_run(
         args.mlflow_experiment, args.mlflow_run, "register", params, run_dir=run_dir
     ) as mlrun:

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from transformer_nmt import tracking
+from transformer_nmt.cli.arguments import add_tracking_arguments, tracking_run_dir
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.evaluation.report import CLEAN_REPORT, SCORES_SUFFIX
 from transformer_nmt.evaluation.score import DEFAULT_RESAMPLES, score_files
@@ -36,7 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="each score's 95%% bootstrap interval from this many resamples (sacreBLEU's "
         "--confidence-n; 0 = no interval)",
     )
-    tracking.add_cli_arguments(parser)
+    add_tracking_arguments(parser)
 
 
 def test_set_name(out: str | Path) -> str:
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     # One score job per test set runs in parallel: a qualified stage name keeps their params apart.
     with tracking.stage_run(
         args.mlflow_experiment, args.mlflow_run, f"score.{test_set}", params,
-        run_dir=tracking.run_dir_arg(args),
+        run_dir=tracking_run_dir(args),
     ) as tracked:  # fmt: skip
         scores = score_files(args.hyp, args.ref, args.tgt_lang, args.bootstrap_resamples)
         payload = {"hyp": str(args.hyp), "ref": str(args.ref), "tgt_lang": args.tgt_lang}

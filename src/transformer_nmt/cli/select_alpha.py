@@ -15,7 +15,12 @@ import logging
 from pathlib import Path
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.arguments import add_search_arguments, search_settings
+from transformer_nmt.cli.arguments import (
+    add_search_arguments,
+    add_tracking_arguments,
+    search_settings,
+    tracking_run_dir,
+)
 from transformer_nmt.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -46,7 +51,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="CPU only: int8 linear layers, as the translate stage decodes (translate --quantize)",
     )
-    tracking.add_cli_arguments(parser)
+    add_tracking_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     }
     with tracking.stage_run(
         args.mlflow_experiment, args.mlflow_run, "select_alpha", params,
-        run_dir=tracking.run_dir_arg(args),
+        run_dir=tracking_run_dir(args),
     ) as mlrun:  # fmt: skip
         translator = open_translator(
             "torch", args.model, args.spm_model, settings, args.device, args.quantize

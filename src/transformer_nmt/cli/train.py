@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer_nmt import tracking
+from transformer_nmt.cli.arguments import add_tracking_arguments, tracking_run_dir
 from transformer_nmt.errors import ConfigError, UserFacingError
 from transformer_nmt.runs.layout import ATTEMPT_LOG_DIR
 
@@ -65,7 +66,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clean-report", type=Path, default=None, help="logged as an artifact")
     parser.add_argument("--train-split", default="train")
     parser.add_argument("--valid-split", default="valid")
-    tracking.add_cli_arguments(parser)
+    add_tracking_arguments(parser)
 
 
 def parse_json(flag: str, text: str) -> dict[str, Any]:
@@ -181,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
             )  # fmt: skip
         with tracking.stage_run(
             experiment, args.mlflow_run, "train", params, tags, new_run_reason=start.reason,
-            shared_params=data_params, run_dir=tracking.run_dir_arg(args, args.run_dir),
+            shared_params=data_params, run_dir=tracking_run_dir(args, args.run_dir),
             mutable_params=geometry,
         ) as mlrun:  # fmt: skip
             if mlrun is not None:

@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.arguments import add_search_arguments, search_settings
+from transformer_nmt.cli.arguments import (
+    add_search_arguments,
+    add_tracking_arguments,
+    search_settings,
+    tracking_run_dir,
+)
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.io_utils import atomic_open, read_lines, stream_line_batches
 from transformer_nmt.search.settings import SearchSettings
@@ -93,7 +98,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="CPU only, not the paper: int8 dynamic quantisation of the linear layers (faster "
         "CPU decoding, slightly different translations; benchmarks/RESULTS.md measures BLEU)",
     )
-    tracking.add_cli_arguments(parser)
+    add_tracking_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -126,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     # One translate job per test set runs in parallel: qualify the stage name with it.
     with tracking.stage_run(
         args.mlflow_experiment, args.mlflow_run, f"translate.{name}", params,
-        run_dir=tracking.run_dir_arg(args),
+        run_dir=tracking_run_dir(args),
     ) as tracked:  # fmt: skip
         lines = read_lines(args.input) if args.input else None
         translator = open_translator(

@@ -25,21 +25,18 @@ from transformer_nmt.tracking.identity import (
     SUPERSEDES_TAG,
 )
 from transformer_nmt.tracking.lineage import DataInput, data_inputs, data_record
+from transformer_nmt.tracking.provenance import RERUN_ENV, git_commit
 from transformer_nmt.tracking.stage import (
     NOTICE_FD_ENV,
-    RERUN_ENV,
     StageRun,
-    add_cli_arguments,
     first_line,
     flatten_params,
-    git_commit,
     nest_runs,
     notice,
-    run_dir_arg,
     stage_run,
-    system_metrics,
 )
 from transformer_nmt.tracking.store import check_access, tracking_uri, with_retry
+from transformer_nmt.tracking.system_monitor import system_metrics
 
 __all__ = [
     "GIT_COMMIT_TAG",
@@ -54,7 +51,6 @@ __all__ = [
     "SUPERSEDES_TAG",
     "StageRun",
     "DataInput",
-    "add_cli_arguments",
     "check_access",
     "data_inputs",
     "data_record",
@@ -63,7 +59,6 @@ __all__ = [
     "git_commit",
     "nest_runs",
     "notice",
-    "run_dir_arg",
     "stage_run",
     "system_metrics",
     "tracking_uri",

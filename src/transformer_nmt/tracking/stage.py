@@ -13,21 +13,19 @@ with ``mlflow.source.name`` the checkout's ``Snakefile`` (or ``python -m transfo
 (``mlflow.note.content``) gives the commands that re-run the experiment from a clean checkout of
 that commit: ``$TRANSFORMER_NMT_RERUN`` (the Snakefile puts its own ``snakemake`` command line
 there, ``--configfile`` and ``--config`` included), else the stage's command line. A
-supersession note stays above it.
+supersession note stays above it. Where a run came from is ``tracking/provenance.py``'s;
+MLflow's system metrics during a stage ``tracking/system_monitor.py``'s; the stages'
+``--mlflow-*`` arguments ``cli/arguments.py``'s.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
 import math
 import os
-import shlex
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 import warnings
@@ -36,7 +34,6 @@ from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 from transformer_nmt.tracking.identity import (
-    GIT_COMMIT_TAG,
     GROUP_TAG,
     PARENT_RUN_TAG,
     RUN_TAG,
@@ -48,6 +45,12 @@ from transformer_nmt.tracking.identity import (
     write_record,
 )
 from transformer_nmt.tracking.lineage import SHA256_TAG, SPLIT_TAG, DataInput
+from transformer_nmt.tracking.provenance import (
+    describe,
+    git_commit,
+    rerun_description,
+    source_tags,
+)
 from transformer_nmt.tracking.store import (
     check_access,
     get_or_create_experiment,
@@ -64,123 +67,6 @@ from transformer_nmt.tracking.store import (
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-RERUN_ENV = (
-    "TRANSFORMER_NMT_RERUN"  # the Snakefile's command line (experiments/paths.py rerun_command)
-)
-NOTE_TAG = "mlflow.note.content"  # the run's description in the MLflow UI
-_RERUN_HEADING = "Re-run this experiment"
-
-
-def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--mlflow-experiment`` and ``--mlflow-run``; without both a stage does not track."""
-    group = parser.add_argument_group("MLflow tracking (off unless both are given)")
-    group.add_argument(
-        "--mlflow-experiment",
-        default=None,
-        metavar="NAME",
-        help="MLflow experiment = dataset pair, e.g. multi30k_en-de",
-    )
-    group.add_argument(
-        "--mlflow-run",
-        default=None,
-        metavar="NAME",
-        help="MLflow run = the pipeline experiment's name",
-    )
-    group.add_argument(
-        "--mlflow-run-dir",
-        default=None,
-        type=Path,
-        metavar="DIR",
-        help="the experiment's run directory (results/runs/<experiment>): its mlflow_run.json "
-        "and absolute path identify the MLflow run (without it: the newest run of that name)",
-    )
-
-
-def run_dir_arg(args: argparse.Namespace, run_dir: Path | None = None) -> Path | None:
-    """The run directory that keys the MLflow run: ``--mlflow-run-dir``, else the stage's own
-    ``run_dir`` (train and register have ``--run-dir``); both given must be one directory."""
-    given = getattr(args, "mlflow_run_dir", None)
-    if given is not None and run_dir is not None and given.resolve() != run_dir.resolve():
-        from transformer_nmt.errors import ConfigError
-
-        raise ConfigError(f"--mlflow-run-dir {given} is not --run-dir {run_dir}: give one")
-    return given if given is not None else run_dir
-
-
-def git_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
-    """``git rev-parse HEAD`` of ``cwd`` (default: this package's checkout), or None."""
-    where = Path(cwd) if cwd is not None else Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=where,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    commit = out.stdout.strip()
-    return commit or None
-
-
-def _checkout() -> Path:
-    return Path(__file__).resolve().parents[3]
-
-
-def _dirty(checkout: Path) -> bool:
-    """True when the checkout has uncommitted changes to tracked files."""
-    try:
-        out = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=checkout, capture_output=True, text=True, timeout=10, check=True,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return bool(out.stdout.strip())
-
-
-def rerun_description(stage: str, commit: str | None) -> str:
-    """The run's description: the commands that re-run it from a clean checkout."""
-    command = os.environ.get(RERUN_ENV) or shlex.join(
-        ["python", "-m", "transformer_nmt", *sys.argv[1:]] if sys.argv[1:] else
-        ["python", "-m", "transformer_nmt", stage.split(".")[0]]
-    )  # fmt: skip
-    lines = [f"{_RERUN_HEADING} from a clean checkout:", ""]
-    if commit:
-        lines += [f"    git checkout {commit}"]
-    lines += [f"    {command}", ""]
-    if commit and _dirty(_checkout()):
-        lines.append(f"(The checkout had uncommitted changes on top of {commit}.)")
-    return "\n".join(lines).rstrip("\n")
-
-
-def source_tags(stage: str, commit: str | None) -> dict[str, str]:
-    """MLflow's own default run tags (``mlflow.user``, ``mlflow.source.type``), with the
-    source named after the pipeline (its Snakefile) or the stage run by hand, and the commit."""
-    from mlflow.tracking.context.default_context import DefaultRunContext
-    from mlflow.utils.mlflow_tags import MLFLOW_SOURCE_NAME
-
-    tags = dict(DefaultRunContext().tags())
-    if os.environ.get(RERUN_ENV):
-        tags[MLFLOW_SOURCE_NAME] = str(_checkout() / "Snakefile")
-    else:
-        tags[MLFLOW_SOURCE_NAME] = f"python -m transformer_nmt {stage.split('.')[0]}"
-    if commit:
-        tags[GIT_COMMIT_TAG] = commit
-    return tags
-
-
-def describe(client: Any, run_id: str, description: str) -> None:
-    """Set the run's description to ``description`` below what it says before our own
-    re-run block (a supersession note)."""
-    note = with_retry(client.get_run, run_id).data.tags.get(NOTE_TAG, "")
-    kept = note.split(_RERUN_HEADING, 1)[0].rstrip()
-    text = f"{kept}\n\n{description}" if kept else description
-    if text != note:
-        set_tags(client, run_id, {NOTE_TAG: text})
 
 
 def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -404,57 +290,6 @@ def stage_run(
     except Exception as err:
         notice(f"MLflow: could not mark stage {stage!r} of run {run_name!r} finished "
                f"({first_line(err)}); its results are written")  # fmt: skip
-
-
-SYSTEM_METRICS_INTERVAL_S = 10.0  # MLflow's default sampling interval
-# MLflow's own switch; unset = on here (the Snakefile sets it from the config key system_metrics)
-SYSTEM_METRICS_ENV = "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING"
-
-
-def system_metrics_enabled() -> bool:
-    """``$MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING`` (true/false), on when unset."""
-    return os.environ.get(SYSTEM_METRICS_ENV, "true").strip().lower() in ("true", "1", "yes")
-
-
-@contextlib.contextmanager
-def system_metrics(
-    run: StageRun | None,
-    enabled: bool | None = None,
-    interval_s: float = SYSTEM_METRICS_INTERVAL_S,
-) -> Iterator[None]:
-    """While the block runs, MLflow's own system-metrics monitor (``SystemMetricsMonitor``:
-    CPU, memory, disk, network, and GPU where ``nvidia-ml-py`` sees one) logs ``system/*``
-    into ``run`` every ``interval_s`` seconds (``$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL``
-    overrides it); the run's *System metrics* tab draws them. Nothing without a run or when not
-    ``enabled``. The run is marked RUNNING first (the monitor stops on a terminated run, which a
-    resumed training's run is), and its steps continue those of an earlier attempt. A monitor
-    that cannot start is a notice, not a failed stage. ``enabled`` None:
-    ``system_metrics_enabled()``."""
-    if enabled is None:
-        enabled = system_metrics_enabled()
-    if run is None or not enabled:
-        yield
-        return
-    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
-    monitor = None
-    try:
-        with_retry(run.client.update_run, run.run_id, status="RUNNING")
-        monitor = SystemMetricsMonitor(
-            run.run_id,
-            sampling_interval=interval_s,
-            resume_logging=True,
-            tracking_uri=tracking_uri(),
-        )
-        monitor.start()
-    except Exception as err:
-        notice(f"MLflow: no system metrics for run {run.run_name!r} ({first_line(err)})")
-        monitor = None
-    try:
-        yield
-    finally:
-        if monitor is not None:
-            monitor.finish()
 
 
 def nest_runs(parent: StageRun, run_names: list[str]) -> dict[str, str]:
