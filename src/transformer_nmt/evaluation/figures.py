@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from transformer_nmt.errors import DataError
+from transformer_nmt.evaluation.table3 import RowTest, Table3Entry
 from transformer_nmt.io_utils import atomic_open, atomic_path
+from transformer_nmt.model.config import TABLE3
 from transformer_nmt.runs.layout import FIGURES_DIR, SELECTION_FILE
 from transformer_nmt.runs.metrics_history import (
     METRICS_FILE,
@@ -274,3 +276,40 @@ def make_figures(
         out.pairs[pair] = FigureFile(png, png.with_suffix(".csv"), "learning curves", tuple(names))
     log.info("wrote %d figure(s) under %s", len(out.all()), out_dir)
     return out
+
+
+def table3_delta_figure(
+    entries: Sequence[Table3Entry], tests: Mapping[str, RowTest], png: Path
+) -> Path:
+    """Each tested Table 3 row's Δ test BLEU against the base with its 95% interval (the row's
+    bootstrap interval less the base's BLEU), the paper's Δ dev BLEU beside it; and a CSV of
+    the numbers beside the PNG."""
+    rows = [e.row for e in entries if e.row in tests]
+    paper_base = TABLE3["base"].paper_dev_bleu
+    points = []  # (row, Δ, interval low, interval high, the paper's Δ)
+    for row in rows:
+        test = tests[row]
+        low, high = (bound - test.base.bleu for bound in test.row.interval)
+        points.append((row, test.delta, low, high, TABLE3[row].paper_dev_bleu - paper_base))
+    fig = _new_figure(1, 1, "Table 3: each variation against the base")
+    fig.set_size_inches(max(6.0, 0.5 * len(rows) + 2), 4.0)  # room for all 19 rows
+    ax = fig.add_subplot(1, 1, 1)
+    x = list(range(len(rows)))
+    ax.axhline(0, color="grey", linewidth=0.8)
+    ax.errorbar(
+        [i - 0.15 for i in x], [p[1] for p in points],
+        yerr=[[max(p[1] - p[2], 0) for p in points], [max(p[3] - p[1], 0) for p in points]],
+        fmt="o", capsize=3, label=f"ours, Δ test BLEU ({tests[rows[0]].test_set}), 95% CI",
+    )  # fmt: skip
+    ax.plot([i + 0.15 for i in x], [p[4] for p in points], "s", label="paper, Δ dev BLEU")
+    ax.set_xticks(x, rows)
+    ax.set_ylabel("Δ BLEU against base")
+    ax.legend(fontsize=8)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    _save(fig, png)
+    _write_csv(
+        png.with_suffix(".csv"),
+        ("row", "delta_bleu", "ci_low", "ci_high", "paper_delta_dev_bleu"),
+        ((r, f"{d:.4f}", f"{lo:.4f}", f"{hi:.4f}", f"{p:.1f}") for r, d, lo, hi, p in points),
+    )
+    return png

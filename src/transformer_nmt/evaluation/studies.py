@@ -39,6 +39,7 @@ def study_sections(
     relative to ``report_dir``)."""
     from transformer_nmt.evaluation import significance as sig
     from transformer_nmt.evaluation import table3
+    from transformer_nmt.evaluation.figures import table3_delta_figure
 
     sections: dict[str, str] = {}
     metrics: dict[str, dict[str, float]] = {}
@@ -111,7 +112,7 @@ def study_sections(
         tested = _table3_tests(rows, results if studies.get("significance") else {})
         sections["table3"] = table3.render_table3(entries, dev_set, tested)
         if tested and figures_dir is not None:
-            png = table3.delta_figure(entries, tested, Path(figures_dir) / "table3_delta_bleu.png")
+            png = table3_delta_figure(entries, tested, Path(figures_dir) / "table3_delta_bleu.png")
             link = os.path.relpath(png, report_dir or Path.cwd())
             sections["table3"] += (
                 f"\n![Table 3: Δ BLEU against the base]({link})\n\n*Δ BLEU of each row against "

@@ -14,7 +14,8 @@ With a significance study against the base row, each row also gets its test BLEU
 the paper's finding (``verdict``): its direction holds, reverses, or there is no significant
 difference at this scale. ``seed_candidates``: the rows whose dev BLEU lies within twice the
 base's seed spread, where one run cannot decide (the config key ``table3.seeds`` gives them
-more). ``delta_figure`` draws each row's Δ BLEU against the base beside the paper's.
+more). ``evaluation.figures.table3_delta_figure`` draws each row's Δ BLEU against the base
+beside the paper's.
 """
 
 from __future__ import annotations
@@ -261,41 +262,3 @@ def _render_verdicts(entries: Sequence[Table3Entry], tests: Mapping[str, RowTest
         f"({'; '.join(f'{k}: {v}' for k, v in sorted(counts.items()))}).",
     ]
     return lines
-
-
-def delta_figure(entries: Sequence[Table3Entry], tests: Mapping[str, RowTest], png: Path) -> Path:
-    """Each tested row's Δ test BLEU against the base with its 95% interval (the row's
-    bootstrap interval less the base's BLEU), the paper's Δ dev BLEU beside it; also a CSV."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [e.row for e in entries if e.row in tests]
-    paper_base = TABLE3["base"].paper_dev_bleu
-    ours = [tests[r].delta for r in rows]
-    low = [tests[r].delta - (tests[r].row.interval[0] - tests[r].base.bleu) for r in rows]
-    high = [(tests[r].row.interval[1] - tests[r].base.bleu) - tests[r].delta for r in rows]
-    paper = [TABLE3[r].paper_dev_bleu - paper_base for r in rows]
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(rows) + 2), 4))
-    x = list(range(len(rows)))
-    ax.axhline(0, color="grey", linewidth=0.8)
-    ax.errorbar(
-        [i - 0.15 for i in x], ours, yerr=[[max(v, 0) for v in low], [max(v, 0) for v in high]],
-        fmt="o", capsize=3, label=f"ours, Δ test BLEU ({tests[rows[0]].test_set}), 95% CI",
-    )  # fmt: skip
-    ax.plot([i + 0.15 for i in x], paper, "s", label="paper, Δ dev BLEU (newstest2013)")
-    ax.set_xticks(x, rows)
-    ax.set_ylabel("Δ BLEU against base")
-    ax.set_title("Table 3: each variation against the base model")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
-    with open(png.with_suffix(".csv"), "w", encoding="utf-8") as handle:
-        handle.write("row,delta_bleu,ci_low,ci_high,paper_delta_dev_bleu\n")
-        for r, d, paper_d in zip(rows, ours, paper, strict=True):
-            lo, hi = (v - tests[r].base.bleu for v in tests[r].row.interval)
-            handle.write(f"{r},{d:.4f},{lo:.4f},{hi:.4f},{paper_d:.1f}\n")
-    return png

@@ -29,6 +29,7 @@ vocabulary in one import.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -264,6 +265,14 @@ def model_from_name(name: str) -> ModelConfig | None:
         return None
 
 
+@functools.cache
+def _recorded_parameters(name: str, vocab_size: int) -> int | None:
+    """The parameter count of a recorded model (one build per name and vocabulary, however many
+    experiments a plan scales from it); None if the name is not a model's."""
+    cfg = model_from_name(name)
+    return None if cfg is None else count_parameters_of(cfg, vocab_size)
+
+
 def scaled_throughput(params: int, vocab_size: int, kind: str, precision: str) -> Throughput | None:
     """A speed for a model with no recorded one on ``kind``: the recorded model on that device
     kind (and precision) nearest in parameter count, its tokens/s scaled by the ratio of the
@@ -273,10 +282,9 @@ def scaled_throughput(params: int, vocab_size: int, kind: str, precision: str) -
     for (name, recorded_kind), throughput in RECORDED_THROUGHPUT.items():
         if recorded_kind != kind or throughput.precision not in (None, precision):
             continue
-        cfg = model_from_name(name)
-        if cfg is None:
+        recorded_params = _recorded_parameters(name, vocab_size)
+        if recorded_params is None:
             continue
-        recorded_params = count_parameters_of(cfg, vocab_size)
         distance = abs(math.log(recorded_params / params))
         if best is None or distance < best[0]:
             best = (distance, throughput, name, recorded_params)
