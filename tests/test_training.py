@@ -1022,19 +1022,27 @@ def test_killed_job_resumes_from_its_newest_checkpoint(
     assert len(before) >= 2 and not (run / "train_summary.json").exists()
     newest = max(int(name[5:13]) for name in before)
     resumed_from = f"step={newest:08d}.ckpt"
-    weights = load_checkpoint(ckpt_dir / resumed_from)["state_dict"]
+    # Full when killed: the newest, and an older one whose demotion the kill cut off (the
+    # process saves step N, then demotes the one before it). The resumed run demotes them.
+    full_when_killed = {
+        name: load_checkpoint(ckpt_dir / name)["state_dict"]
+        for name in before
+        if not is_weights_only(load_checkpoint(ckpt_dir / name))
+    }
+    assert resumed_from in full_when_killed
 
     caplog.set_level(logging.INFO)
     assert main(train_argv(corpus, run, max_steps=newest + 10, keep_checkpoints=50)) == 0
     assert f"step={newest:08d}.ckpt at step {newest}" in caplog.text
     after = {p.name: p.stat().st_mtime_ns for p in list_checkpoints(ckpt_dir)}
-    older = {k: v for k, v in before.items() if k != resumed_from}
-    assert {k: after[k] for k in older} == older  # nothing older rewritten
-    # the resumed-from checkpoint, full when killed, is now kept for averaging: same weights
-    kept = load_checkpoint(ckpt_dir / resumed_from)
-    assert is_weights_only(kept) and "optimizer_states" not in kept
-    assert kept["state_dict"].keys() == weights.keys()
-    assert all(torch.equal(kept["state_dict"][k], v) for k, v in weights.items())
+    already_slim = {k: v for k, v in before.items() if k not in full_when_killed}
+    assert {k: after[k] for k in already_slim} == already_slim  # nothing slim rewritten
+    # each checkpoint full when killed is now kept for averaging, with the same weights
+    for name, weights in full_when_killed.items():
+        kept = load_checkpoint(ckpt_dir / name)
+        assert is_weights_only(kept) and "optimizer_states" not in kept
+        assert kept["state_dict"].keys() == weights.keys()
+        assert all(torch.equal(kept["state_dict"][k], v) for k, v in weights.items())
     assert set(after) - set(before) == {
         f"step={newest + 5:08d}.ckpt",
         f"step={newest + 10:08d}.ckpt",
