@@ -98,5 +98,6 @@ def test_the_preflight_measures_on_the_ranks_own_gpu(
     monkeypatch.setattr(run, "check_fits", preflight.check_fits)
     cfg = TrainConfig(max_steps=10, accelerator="gpu", precision="bf16-mixed")
     vocab = VocabInfo(size=500, pad_id=0, unk_id=1, bos_id=2, eos_id=3, sha256="0" * 64)
-    run.plan_start(tmp_path / "run", get_preset("tiny"), cfg, vocab)
+    model_cfg = get_preset("tiny")
+    run.plan_start(tmp_path / "run", model_cfg, cfg, vocab, run.resolve_run(model_cfg, cfg, vocab))
     assert asked == [torch.device("cuda", 3), torch.device("cuda", 3)]

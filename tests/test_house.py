@@ -241,3 +241,75 @@ def test_argparse_stays_in_the_cli() -> None:
         if isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names)
     )
     assert found == []
+
+
+# The rules that turn a config's "auto" values into this machine's (training/config.py,
+# preflight.size_max_tokens); ``accumulation`` and ``resolve`` apply them too.
+RESOLVING = {
+    "resolve", "resolve_accelerator", "resolve_devices", "resolve_precision", "precision_choice",
+    "pad_multiple_choice", "accumulation", "size_max_tokens", "resolve_plan_precision",
+}  # fmt: skip
+
+
+RULE_MODULES = {"transformer_nmt.training.config", "transformer_nmt.training.preflight"}
+
+
+def _resolving_calls(name: str) -> list[tuple[str, str]]:
+    """(enclosing function, called rule) for each call of a ``RESOLVING`` rule in ``name``:
+    a name imported from ``RULE_MODULES``, or an attribute of such a module (``Path.resolve``
+    is not one)."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    rules, modules = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in RULE_MODULES:
+            rules.update(a.asname or a.name for a in node.names if a.name in RESOLVING)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            modules.update(
+                a.asname or a.name for a in node.names if f"{node.module}.{a.name}" in RULE_MODULES
+            )
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname for a in node.names if a.name in RULE_MODULES and a.asname)
+    found: list[tuple[str, str]] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                visit(child, child.name)
+                continue
+            if isinstance(child, ast.Call):
+                func = child.func
+                if isinstance(func, ast.Name) and func.id in rules:
+                    found.append((function, func.id))
+                elif (
+                    isinstance(func, ast.Attribute)
+                    and func.attr in RESOLVING
+                    and isinstance(func.value, ast.Name)
+                    and func.value.id in modules
+                ):
+                    found.append((function, func.attr))
+            visit(child, function)
+
+    visit(tree, "<module>")
+    return found
+
+
+def test_a_run_resolves_its_auto_settings_once() -> None:
+    """A training run resolves accelerator, devices, precision, pad multiple and
+    ``max_tokens: auto`` in one place (``training.run.resolve_run``); the trainer, the data
+    module, the module, the callbacks and the CLI read its ``Resolved`` record and call no
+    rule again."""
+    run_time = [
+        name
+        for name in MODULES
+        if name.startswith(("transformer_nmt.training.", "transformer_nmt.data."))
+        and name not in RULE_MODULES  # the rules themselves; the planner, for any machine
+    ] + ["transformer_nmt.cli.train"]
+    calls = {name: _resolving_calls(name) for name in run_time}
+    assert calls["transformer_nmt.training.run"], "the graph should see resolve_run's calls"
+    elsewhere = sorted(
+        (name, function, called)
+        for name, found in calls.items()
+        for function, called in found
+        if (name, function) != ("transformer_nmt.training.run", "resolve_run")
+    )
+    assert elsewhere == []

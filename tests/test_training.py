@@ -25,8 +25,9 @@ from transformer_nmt.training.config import (
     STRATEGIES,
     TrainConfig,
     accumulation,
+    resolve,
     resolve_precision,
-    resolve_strategy,
+    strategy_for,
 )
 from transformer_nmt.training.objective import paper_lr
 
@@ -251,9 +252,12 @@ def test_cpu_resolution_is_fp32_and_ddp_with_two_processes() -> None:
 
     cpu = TrainConfig(accelerator="cpu")
     assert resolve_precision(cpu) == "32-true"
-    assert resolve_strategy(cpu) == "auto"
-    ddp = resolve_strategy(TrainConfig(accelerator="cpu", devices=2))
+    assert strategy_for(resolve(cpu)) == "auto"
+    ddp = strategy_for(resolve(TrainConfig(accelerator="cpu", devices=2)))
     assert isinstance(ddp, DDPStrategy) and ddp._process_group_backend == "gloo"
+    six = resolve(TrainConfig(accelerator="cpu", devices=2, num_nodes=3))
+    assert six.world_size == 6
+    assert strategy_for(resolve(TrainConfig(accelerator="cpu", strategy="ddp"))) == "ddp"
 
 
 def test_slurm_jobs_leave_requeueing_to_snakemake(
@@ -273,7 +277,8 @@ def test_slurm_jobs_leave_requeueing_to_snakemake(
         "SLURM_NODEID": "0",
     }.items():
         monkeypatch.setenv(key, value)
-    trainer = build_trainer(TrainConfig(accelerator="cpu", max_steps=3), tmp_path)
+    cfg = TrainConfig(accelerator="cpu", max_steps=3)
+    trainer = build_trainer(cfg, tmp_path, resolved=resolve(cfg).with_accumulation(25_000))
     env = trainer._accelerator_connector.cluster_environment
     assert isinstance(env, SLURMEnvironment) and env.auto_requeue is False
 
@@ -485,6 +490,12 @@ def test_a_new_batch_geometry_resumes_with_the_step_and_the_schedule(
     summary = json.loads((run / "train_summary.json").read_text())
     assert summary["resumed_from"] == "step=00000010.ckpt" and summary["final_step"] == 20
     assert summary["train_config"]["max_tokens"] == 128
+    # one record of the job's resolved settings: the summary's and MLflow's tags agree
+    resolved = summary["resolved"]
+    assert resolved["max_tokens"] == 128 and resolved["accumulation"] == 1
+    assert resolved["accelerator"] == "cpu" and resolved["devices"] == 1
+    chosen = f"{resolved['precision']} ({resolved['precision_why']})"
+    assert mlrun.data.tags["train.precision_chosen"] == chosen
     ckpt = load_checkpoint(run / "checkpoints" / "step=00000020.ckpt")
     assert ckpt["lr_schedulers"][0]["last_epoch"] == 20
     lr_next = paper_lr(21, 32, warmup=10)

@@ -119,15 +119,13 @@ def run(args: argparse.Namespace) -> int:
         GEOMETRY_KEYS,
         TrainConfig,
         check_devices_exist,
-        pad_multiple_choice,
-        precision_choice,
     )
     from transformer_nmt.training.run import (
         SUMMARY_FILE,
         RunData,
         plan_start,
+        resolve_run,
         run_dir_lock,
-        size_batches,
         train_run,
     )
 
@@ -160,8 +158,8 @@ def run(args: argparse.Namespace) -> int:
     attempt = attempt_log(args.run_dir) if rank_zero else contextlib.nullcontext()
     with lock, attempt:
         log.info("memory: %s", memory)
-        sized_cfg = size_batches(model_cfg, train_cfg, vocab)  # max_tokens: auto
-        start = plan_start(args.run_dir, model_cfg, sized_cfg, vocab)
+        resolved = resolve_run(model_cfg, train_cfg, vocab)  # every "auto", once
+        start = plan_start(args.run_dir, model_cfg, train_cfg, vocab, resolved)
         # The batch geometry may change within a run (a resume after an out-of-memory error, on
         # fewer GPUs): tags, not params, so that the run goes on. max_tokens as configured
         # ("auto") and as sized for this job.
@@ -169,9 +167,7 @@ def run(args: argparse.Namespace) -> int:
         params = {"model": model_cfg.to_dict()}
         params.update({k: v for k, v in settings.items() if k not in GEOMETRY_KEYS})
         geometry = {k: settings[k] for k in GEOMETRY_KEYS}
-        geometry["micro_batch_tokens"] = sized_cfg.max_tokens
-        geometry["precision_chosen"] = "{} ({})".format(*precision_choice(train_cfg))
-        geometry["pad_multiple_chosen"] = "{} ({})".format(*pad_multiple_choice(train_cfg))
+        geometry.update(resolved.chosen())  # micro_batch_tokens, precision_chosen, ...
         experiment = args.mlflow_experiment if rank_zero_only.rank == 0 else None
         data_params, tags = {}, {}
         if experiment is not None and args.mlflow_run is not None:  # data settings, checksums
@@ -194,8 +190,9 @@ def run(args: argparse.Namespace) -> int:
                     data,
                     args.run_dir,
                     model_cfg,
-                    sized_cfg,
+                    train_cfg,
                     vocab,
+                    resolved=resolved,
                     start=start,
                     tracker=mlrun,
                     callbacks=callbacks,

@@ -2,8 +2,9 @@
 the resolution of its "auto" values (accelerator, devices, precision, strategy) and of the
 gradient accumulation that gives the §5.1 batch of ~25k target tokens per update.
 
-Everything here is resolved once per run (``resolve``); the trainer and the run summary use
-the same ``Resolved`` values.
+Everything here is resolved once per run into one ``Resolved`` record (``resolve``; the train
+stage's ``training.run.resolve_run``), which the pre-flight check, the trainer, the logs, the
+run summary and MLflow read.
 """
 
 from __future__ import annotations
@@ -352,10 +353,6 @@ def pad_multiple_choice(cfg: TrainConfig) -> tuple[int, str]:
     return 1, f"auto: {precision} gains nothing from rounding widths up"
 
 
-def world_size(cfg: TrainConfig) -> int:
-    return resolve_devices(cfg) * cfg.num_nodes
-
-
 def accumulation(cfg: TrainConfig, tgt_tokens_per_batch: float | None = None) -> int:
     """§5.1 updates of ~``tokens_per_update`` real target tokens: micro-batches per update,
     ``round(tokens_per_update / (tgt_tokens_per_batch * world size))``, at least 1.
@@ -364,41 +361,83 @@ def accumulation(cfg: TrainConfig, tgt_tokens_per_batch: float | None = None) ->
     training data (``TokenBatchSampler.real_tokens_per_batch``); without data, ``max_tokens``
     (its upper bound).
     """
-    if not tgt_tokens_per_batch and cfg.max_tokens == "auto":
-        raise ValueError("max_tokens 'auto' is sized first (training.run.size_batches)")
-    per_batch = tgt_tokens_per_batch or float(cfg.max_tokens)
-    return max(1, round(cfg.tokens_per_update / (per_batch * world_size(cfg))))
-
-
-def resolve_strategy(cfg: TrainConfig) -> Any:
-    """ "auto": DDP (gloo on CPU, NCCL on GPU) when several processes train, else Lightning's."""
-    if cfg.strategy != "auto":
-        return cfg.strategy
-    if world_size(cfg) > 1:
-        from lightning.pytorch.strategies import DDPStrategy
-
-        backend = "gloo" if resolve_accelerator(cfg) == "cpu" else None
-        return DDPStrategy(process_group_backend=backend)
-    return "auto"
+    return resolve(cfg).with_accumulation(cfg.tokens_per_update, tgt_tokens_per_batch).accumulation
 
 
 @dataclass(frozen=True)
 class Resolved:
-    """The "auto" values of a ``TrainConfig`` on this machine (``resolve``)."""
+    """A run's hardware-dependent settings, resolved once at its start (``resolve``; the
+    train stage's ``training.run.resolve_run`` also sizes ``max_tokens: auto``). The pre-flight
+    check, the data module, the trainer, the logs, the run summary and MLflow all read this
+    record; nothing after it resolves an "auto" value again."""
 
     accelerator: str
     devices: int  # processes per node
+    num_nodes: int
     precision: str  # a Lightning precision string
-    world_size: int  # processes in all
-    accumulation: int  # micro-batches per optimizer update
+    precision_why: str
+    pad_multiple: int  # batch widths are rounded up to a multiple of this
+    pad_multiple_why: str
+    max_tokens: int | str  # tokens per micro-batch; "auto" until sized
+    max_tokens_why: str
+    strategy: str  # as configured; "auto" is DDP when several processes train (``strategy_for``)
+    accumulation: int | None = None  # micro-batches per update, once the data is known
+
+    @property
+    def world_size(self) -> int:
+        """Processes in all."""
+        return self.devices * self.num_nodes
+
+    def with_accumulation(
+        self, tokens_per_update: int, tgt_tokens_per_batch: float | None = None
+    ) -> Resolved:
+        """This record with its §5.1 accumulation (``accumulation``'s rule) over the data's
+        average real target tokens per batch (without data: ``max_tokens``)."""
+        if not tgt_tokens_per_batch and self.max_tokens == "auto":
+            raise ValueError("max_tokens 'auto' is sized first (training.run.resolve_run)")
+        per_batch = tgt_tokens_per_batch or float(self.max_tokens)
+        steps = round(tokens_per_update / (per_batch * self.world_size))
+        return dataclasses.replace(self, accumulation=max(1, steps))
+
+    def applied_to(self, cfg: TrainConfig) -> TrainConfig:
+        """``cfg`` with its micro-batch size as resolved (the key a resume compares)."""
+        return dataclasses.replace(cfg, max_tokens=self.max_tokens)
+
+    def chosen(self) -> dict[str, str]:
+        """The choices and their reasons, as the train log and MLflow's tags give them."""
+        return {
+            "precision_chosen": f"{self.precision} ({self.precision_why})",
+            "pad_multiple_chosen": f"{self.pad_multiple} ({self.pad_multiple_why})",
+            "micro_batch_tokens": str(self.max_tokens),
+        }
 
 
-def resolve(cfg: TrainConfig, tgt_tokens_per_batch: float | None = None) -> Resolved:
-    """The "auto" values of ``cfg``; ``tgt_tokens_per_batch`` as for ``accumulation``."""
+def resolve(cfg: TrainConfig) -> Resolved:
+    """The "auto" values of ``cfg`` on this machine, ``max_tokens`` as configured."""
+    precision, precision_why = precision_choice(cfg)
+    pad_multiple, pad_multiple_why = pad_multiple_choice(cfg)
     return Resolved(
         accelerator=resolve_accelerator(cfg),
         devices=resolve_devices(cfg),
-        precision=resolve_precision(cfg),
-        world_size=world_size(cfg),
-        accumulation=accumulation(cfg, tgt_tokens_per_batch),
+        num_nodes=cfg.num_nodes,
+        precision=precision,
+        precision_why=precision_why,
+        pad_multiple=pad_multiple,
+        pad_multiple_why=pad_multiple_why,
+        max_tokens=cfg.max_tokens,
+        max_tokens_why="set in the config",
+        strategy=cfg.strategy,
     )
+
+
+def strategy_for(resolved: Resolved) -> Any:
+    """Lightning's strategy: as configured, or for "auto" DDP (gloo on CPU, NCCL on GPU) when
+    several processes train, else Lightning's own."""
+    if resolved.strategy != "auto":
+        return resolved.strategy
+    if resolved.world_size > 1:
+        from lightning.pytorch.strategies import DDPStrategy
+
+        backend = "gloo" if resolved.accelerator == "cpu" else None
+        return DDPStrategy(process_group_backend=backend)
+    return "auto"

@@ -41,7 +41,6 @@ from transformer_nmt.model.transformer import count_parameters_of
 from transformer_nmt.training.config import (
     TrainConfig,
     accumulation,
-    resolve_devices,
     resolve_precision,
 )
 from transformer_nmt.training.hardware import (
@@ -345,15 +344,19 @@ def check_fits(
     vocab_size: int,
     accelerator: str,
     precision: str,
+    *,
+    processes: int = 1,
     device_index: int = 0,
 ) -> Plan:
     """The train stage's check before its first step: on a CUDA device (``device_index``: this
     rank's own GPU, ``cluster.local_rank()``), measure the worst batch against the device's
     memory; on a CPU, the estimate against the available RAM (shared by the run's processes on
     this node). Raises a one-line ConfigError naming ``train.max_tokens`` when it does not fit.
-    ``max_tokens`` must be a number here: ``size_max_tokens`` sizes "auto" first."""
-    processes = resolve_devices(train_cfg)
-    cfg = dataclasses.replace(train_cfg, precision=precision, devices=processes)
+    ``max_tokens`` must be a number here: ``size_max_tokens`` sizes "auto" first. The run's
+    settings come resolved (``training.run.resolve_run``): ``processes`` on this node."""
+    cfg = dataclasses.replace(
+        train_cfg, accelerator=accelerator, precision=precision, devices=processes
+    )
     device, target = this_device(accelerator, device_index, processes)
     plan = plan_experiment(
         "train", "", model_cfg, cfg, vocab_size, target, measure_on=device, timed_steps=0

@@ -15,7 +15,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,15 +37,7 @@ from transformer_nmt.training.callbacks import (
     read_last_validation,
 )
 from transformer_nmt.training.cluster import local_rank
-from transformer_nmt.training.config import (
-    TrainConfig,
-    pad_multiple_choice,
-    precision_choice,
-    resolve,
-    resolve_accelerator,
-    resolve_devices,
-    resolve_precision,
-)
+from transformer_nmt.training.config import Resolved, TrainConfig, resolve
 from transformer_nmt.training.module import NonFiniteLossError, TranslationModule
 from transformer_nmt.training.preflight import (
     AUTO_MARGIN,
@@ -122,34 +114,47 @@ class RunData:
     valid_split: str = "valid"
 
 
-def size_batches(model_cfg: ModelConfig, train_cfg: TrainConfig, vocab: VocabInfo) -> TrainConfig:
-    """``train_cfg`` with ``max_tokens: auto`` sized to this process's device
-    (``preflight.size_max_tokens``: the same size on every rank) and the choice logged; a
-    numeric ``max_tokens`` as it is. ``plan_start``'s pre-flight check then measures it on a
-    GPU."""
-    if train_cfg.max_tokens != "auto":
-        return train_cfg
-    accelerator, precision = resolve_accelerator(train_cfg), resolve_precision(train_cfg)
-    processes = resolve_devices(train_cfg)
-    _, target = this_device(accelerator, local_rank(), processes, cpu_ram=total_ram_bytes())
-    plan = size_max_tokens(model_cfg, train_cfg, vocab.size, precision, target)
-    if not plan.fits:
-        raise ConfigError(refusal(plan, "train.max_tokens", model_cfg, train_cfg, vocab.size))
-    share = -(-plan.tokens_per_update // plan.world_size)
-    limit = "its share of an update" if plan.max_tokens > share - AUTO_STEP else "the memory"
+def resolve_run(model_cfg: ModelConfig, train_cfg: TrainConfig, vocab: VocabInfo) -> Resolved:
+    """The run's hardware-dependent settings, once, at its start (``config.resolve``), with
+    ``max_tokens: auto`` sized to this process's device (``preflight.size_max_tokens``: the same
+    size on every rank) and every choice logged with its reason. ``plan_start``'s pre-flight
+    check then measures the sized batch on a GPU."""
+    resolved = resolve(train_cfg)
+    if train_cfg.max_tokens == "auto":
+        _, target = this_device(
+            resolved.accelerator, local_rank(), resolved.devices, cpu_ram=total_ram_bytes()
+        )
+        plan = size_max_tokens(model_cfg, train_cfg, vocab.size, resolved.precision, target)
+        if not plan.fits:
+            raise ConfigError(refusal(plan, "train.max_tokens", model_cfg, train_cfg, vocab.size))
+        share = -(-plan.tokens_per_update // plan.world_size)
+        limit = "its share of an update" if plan.max_tokens > share - AUTO_STEP else "the memory"
+        detail = (
+            f"the worst-case batch {plan.batch} x {plan.width} ({plan.precision}) is estimated "
+            f"at {plan.peak_bytes / GIB:.2f} GiB, at most {AUTO_MARGIN * 100:.0f}% of "
+            f"{(plan.usable_bytes or 0) / GIB:.1f} GiB usable; tokens_per_update="
+            f"{plan.tokens_per_update} over {plan.world_size} process(es) is {share} each"
+        )
+        why = f"auto, limited by {limit}: {detail}"
+        resolved = replace(resolved, max_tokens=plan.max_tokens, max_tokens_why=why)
+        log.info(
+            "max_tokens: auto -> %d tokens per micro-batch (limited by %s): %s",
+            plan.max_tokens, limit, detail,
+        )  # fmt: skip
+    log.info("precision: %s (%s)", resolved.precision, resolved.precision_why)
     log.info(
-        "max_tokens: auto -> %d tokens per micro-batch (limited by %s): the worst-case batch "
-        "%d x %d (%s) is estimated at %.2f GiB, at most %.0f%% of %.1f GiB usable; "
-        "tokens_per_update=%d over %d process(es) is %d each",
-        plan.max_tokens, limit, plan.batch, plan.width, plan.precision, plan.peak_bytes / GIB,
-        AUTO_MARGIN * 100, (plan.usable_bytes or 0) / GIB, plan.tokens_per_update,
-        plan.world_size, share,
+        "batch widths rounded up to a multiple of %d (%s)",
+        resolved.pad_multiple, resolved.pad_multiple_why,
     )  # fmt: skip
-    return replace(train_cfg, max_tokens=plan.max_tokens)
+    return resolved
 
 
 def plan_start(
-    run_dir: Path, model_cfg: ModelConfig, train_cfg: TrainConfig, vocab: VocabInfo
+    run_dir: Path,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    vocab: VocabInfo,
+    resolved: Resolved,
 ) -> ResumePoint:
     """Where the run in ``run_dir`` starts (``resume.start_point``); on rank 0 the checkpoints
     of a run with other settings move aside and a killed writer's temporary files are removed
@@ -157,11 +162,11 @@ def plan_start(
     over gets a fresh MLflow run.
 
     A run with steps to go first passes the pre-flight check of ``plan``
-    (``preflight.check_fits``): its worst-case batch must fit the device (measured on a GPU,
-    estimated against the available RAM on a CPU), else a one-line ConfigError naming
-    ``train.max_tokens``, before any step and any MLflow run. ``max_tokens: auto`` is sized
-    first (``size_batches``): pass the sized config on to ``train_run``."""
-    train_cfg = size_batches(model_cfg, train_cfg, vocab)
+    (``preflight.check_fits``): its worst-case batch at the ``resolved`` micro-batch
+    (``resolve_run``) must fit the device (measured on a GPU, estimated against the available
+    RAM on a CPU), else a one-line ConfigError naming ``train.max_tokens``, before any step and
+    any MLflow run."""
+    train_cfg = resolved.applied_to(train_cfg)
     if rank_zero_only.rank == 0:
         for directory in (run_dir, run_dir / CHECKPOINT_DIR):
             for stale in remove_stale_temps(directory):
@@ -174,10 +179,10 @@ def plan_start(
         move_aside=rank_zero_only.rank == 0,
     )
     if point.step < train_cfg.max_steps:
-        accelerator, precision = resolve_accelerator(train_cfg), resolve_precision(train_cfg)
         fit = check_fits(
-            model_cfg, train_cfg, vocab.size, accelerator, precision, device_index=local_rank()
-        )
+            model_cfg, train_cfg, vocab.size, resolved.accelerator, resolved.precision,
+            processes=resolved.devices, device_index=local_rank(),
+        )  # fmt: skip
         log.info(
             "pre-flight: the worst-case batch %d x %d needs %.2f GiB (%s) of %.1f GiB usable",
             fit.batch, fit.width, fit.peak_bytes / GIB, fit.peak_source,
@@ -193,6 +198,7 @@ def train_run(
     train_cfg: TrainConfig,
     vocab: VocabInfo,
     *,
+    resolved: Resolved,
     start: ResumePoint | None = None,
     tracker: StageRun | None = None,
     callbacks: Sequence[Callback] = (),
@@ -200,14 +206,17 @@ def train_run(
 ) -> dict[str, Any] | None:
     """Fit (or resume) the run in ``run_dir`` up to ``max_steps`` and write its summary.
 
-    ``start``: from ``plan_start`` (computed here when not given). Returns the summary on rank
+    ``resolved``: from ``resolve_run``, once per run. ``start``: from ``plan_start`` (computed
+    here when not given). Returns the summary on rank
     0, None on the other ranks. Raises ``NonFiniteLossError`` (naming the last good checkpoint)
     or ``TrainingInterrupted`` instead of writing a summary.
     """
     started = time.monotonic()
     ckpt_dir = run_dir / CHECKPOINT_DIR
-    train_cfg = size_batches(model_cfg, train_cfg, vocab)  # max_tokens: auto
-    resume = start if start is not None else plan_start(run_dir, model_cfg, train_cfg, vocab)
+    train_cfg = resolved.applied_to(train_cfg)  # max_tokens: auto, sized
+    if start is None:
+        start = plan_start(run_dir, model_cfg, train_cfg, vocab, resolved)
+    resume = start
     datamodule = ResumableTranslationDataModule(
         data.bin_dir,
         data.src,
@@ -218,13 +227,11 @@ def train_run(
         valid_split=data.valid_split,
         num_workers=train_cfg.num_workers,
         max_positions=min(train_cfg.max_positions, model_cfg.max_positions),
-        pad_multiple=pad_multiple_choice(train_cfg)[0],
+        pad_multiple=resolved.pad_multiple,
     )
     src_per_batch, tgt_per_batch = datamodule.real_tokens_per_batch()
-    resolved = resolve(train_cfg, tgt_per_batch)
+    resolved = resolved.with_accumulation(train_cfg.tokens_per_update, tgt_per_batch)
     datamodule.accumulation = resolved.accumulation  # whole updates at epoch ends
-    log.info("precision: %s (%s)", *precision_choice(train_cfg))
-    log.info("batch widths rounded up to a multiple of %d (%s)", *pad_multiple_choice(train_cfg))
     log.info(
         "§5.1 batch: %d micro-batch(es) x %d process(es) of ~%.0f source / %.0f target real "
         "tokens = ~%.0f / %.0f per update (tokens_per_update=%d)",
@@ -241,6 +248,7 @@ def train_run(
         "real_tokens_per_batch": {"src": src_per_batch, "tgt": tgt_per_batch},
         "world_size": resolved.world_size,
         "precision": resolved.precision,
+        "resolved": asdict(resolved),  # every "auto" value as this job chose it, with reasons
         "resumed_from": resume.path.name if resume.path else None,
         "superseded": str(resume.superseded) if resume.superseded else None,
         # metric points that a failing MLflow store did not take (None: not tracked)

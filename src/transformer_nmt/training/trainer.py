@@ -28,7 +28,7 @@ from transformer_nmt.training.callbacks import (
     Throughput,
 )
 from transformer_nmt.training.cluster import cluster_environment
-from transformer_nmt.training.config import Resolved, TrainConfig, resolve, resolve_strategy
+from transformer_nmt.training.config import Resolved, TrainConfig, strategy_for
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -50,14 +50,15 @@ def build_trainer(
     cfg: TrainConfig,
     run_dir: Path,
     *,
-    resolved: Resolved | None = None,
+    resolved: Resolved,
     logger: Any = False,
     callbacks: Sequence[Callback] = (),
     enable_progress_bar: bool = False,
 ) -> L.Trainer:
-    """A ``lightning.Trainer`` from ``cfg`` (and its ``resolved`` values, computed here when not
-    given): checkpoints in ``<run_dir>/checkpoints``."""
-    resolved = resolved or resolve(cfg)
+    """A ``lightning.Trainer`` from ``cfg`` and the run's ``resolved`` values (with their
+    accumulation): checkpoints in ``<run_dir>/checkpoints``."""
+    if resolved.accumulation is None:
+        raise ValueError("the trainer needs the accumulation (Resolved.with_accumulation)")
     # The cluster environment (cluster.py): the same one the pre-flight took its device from.
     plugins: list[Any] = [AtomicCheckpointIO(), cluster_environment()]
     checkpoint = StepCheckpoint(run_dir / CHECKPOINT_DIR, cfg)
@@ -75,7 +76,7 @@ def build_trainer(
         accelerator=resolved.accelerator,
         devices=resolved.devices,
         num_nodes=cfg.num_nodes,
-        strategy=resolve_strategy(cfg),
+        strategy=strategy_for(resolved),
         plugins=plugins,
         precision=resolved.precision,
         max_steps=cfg.max_steps,
