@@ -407,12 +407,12 @@ def test_a_wrong_file_is_a_checksum_error_naming_it_and_is_never_resumed(tmp_pat
 
 
 def test_backoff_doubles_between_failed_attempts_up_to_a_minute(tmp_path, range_server):
-    from transformer_nmt.data import download
+    from transformer_nmt.data import transfer
 
     _RangeHandler.requests = [("/down", None, None)]  # as if the first request had been served
     sleeps: list[float] = []
     with pytest.raises(DataError, match="failed after 8 attempts"):
-        download._fetch_url(
+        transfer.fetch_url(
             f"{range_server}/down", tmp_path / "x.part", timeout=5, retries=7, backoff=1.0,
             sleep=sleeps.append,
         )  # fmt: skip

@@ -443,7 +443,7 @@ def test_safe_archive_reads_and_missing_member_is_named(tmp_path):
 
 
 def test_train_overlap_of_dev_and_test_sets_is_counted_and_listed(tmp_path, monkeypatch):
-    import transformer_nmt.data.prepare as prepare
+    import transformer_nmt.data.splits as split_rules
 
     raw = tmp_path / "raw"
     raw.mkdir()
@@ -464,7 +464,7 @@ def test_train_overlap_of_dev_and_test_sets_is_counted_and_listed(tmp_path, monk
 
     splits = {"train": [corpus("train")], "valid": [corpus("valid")], "test": [corpus("test")]}
     dataset = get_dataset(_write_registry(raw, splits, ["test"]), "wmt_toy")
-    monkeypatch.setattr(prepare, "OVERLAP_LINES", 2)  # counts stay complete, lists are capped
+    monkeypatch.setattr(split_rules, "OVERLAP_LINES", 2)  # counts stay complete, lists are capped
     report = prepare_pair(dataset, "en-de", raw, tmp_path / "out", CleanConfig())
     assert report["overlap_normalisation"] == "NFKC, lowercase, whitespace collapsed"
     assert report["splits"]["valid"]["train_overlap"] == {
@@ -481,4 +481,4 @@ def test_train_overlap_of_dev_and_test_sets_is_counted_and_listed(tmp_path, monk
     assert "train_overlap" not in report["splits"]["train"]
     saved = json.loads((tmp_path / "out" / "clean_report.json").read_text(encoding="utf-8"))
     assert saved == report
-    assert prepare.overlap_key("  Ａ\u00a0Dog\tRUNS ") == "a dog runs"
+    assert split_rules.overlap_key("  Ａ\u00a0Dog\tRUNS ") == "a dog runs"

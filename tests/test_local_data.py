@@ -22,8 +22,9 @@ from transformer_nmt.cli import main
 from transformer_nmt.data.clean import CleanConfig
 from transformer_nmt.data.download import download_dataset
 from transformer_nmt.data.local import check_pair, merged_registry, registry_entry
-from transformer_nmt.data.prepare import overlap_key, prepare_pair
+from transformer_nmt.data.prepare import prepare_pair
 from transformer_nmt.data.registry import parse_registry
+from transformer_nmt.data.splits import overlap_key
 from transformer_nmt.errors import ConfigError, DataError
 from transformer_nmt.evaluation.report import load_row, table_cells
 from transformer_nmt.evaluation.score import bleu_tokenizer, score_lines, tokenizer_available

@@ -38,9 +38,10 @@ from typing import Any
 import numpy as np
 
 from transformer_nmt.data.clean import CleanConfig
-from transformer_nmt.data.prepare import enforce_test_overlap, pair_key_hash, read_pairs
+from transformer_nmt.data.prepare import read_pairs
 from transformer_nmt.data.readers import InvalidLine, side_label
 from transformer_nmt.data.registry import Dataset
+from transformer_nmt.data.splits import enforce_test_overlap, pair_key_hash
 from transformer_nmt.errors import ConfigError, DataError
 
 CONFIG_KEY = "datasets"

@@ -8,51 +8,47 @@ dropped per reason, modified). All outputs are first written into a temporary di
 Memory stays bounded for 36M-pair corpora: pairs are streamed; exact-duplicate removal keeps an
 8-byte hash per candidate pair (a second pass then copies the first occurrences).
 
-Data provenance: for every validation and test set the report also counts the sentences whose
-source, target or (source, target) pair also occurs in the (cleaned) training data, compared
-after ``overlap_key`` normalisation (NFKC, lowercase, whitespace runs collapsed to one space,
-ends stripped), and lists their line numbers (1-based, the first ``OVERLAP_LINES``): under
-``splits.<split>.train_overlap``. Empty lines never count. Only the evaluation sentences are
-held in memory; the training data is streamed once.
-
-A pair may carve splits out of the training data (``Pair.carve``, a user's own corpus:
-``data/local.py``): after cleaning, the distinct training pairs (compared after the same
-normalisation) are shuffled with ``carve_seed`` and the first ones drawn for each carved split in
-turn; every training pair equal to a drawn one is removed from train, so no pair is in two splits.
-The report says how many under ``splits.<split>.carved_from`` and ``splits.train.carved_out``.
-A test set read from files that shares pairs with the training data is a warning in the log, or
-an error with ``test_overlap: error``.
+Data provenance and splits (``data/splits.py``): the report counts, for every validation and
+test set, the sentences that also occur in the cleaned training data (under
+``splits.<split>.train_overlap``); a pair may carve valid/test sets out of the training data
+(``Pair.carve``), reported under ``splits.<split>.carved_from`` and
+``splits.train.carved_out``. A test set read from files that shares pairs with the training data
+is a warning in the log, or an error with ``test_overlap: error``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
 import tempfile
-import unicodedata
 from array import array
 from collections.abc import Iterator
 from itertools import zip_longest
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 
+from transformer_nmt.data import splits
 from transformer_nmt.data.clean import BROKEN_REASONS, CleanConfig, CorpusCounts, clean_pair
 from transformer_nmt.data.download import redownload_hint, verify_files
 from transformer_nmt.data.readers import iter_lines, side_label
 from transformer_nmt.data.registry import Corpus, Dataset, Pair
+from transformer_nmt.data.splits import (
+    OVERLAP_NORMALISATION,
+    carve,
+    enforce_test_overlap,
+    open_text,
+    pair_hash,
+    train_overlap,
+)
 from transformer_nmt.errors import DamagedFileError, DataError
 from transformer_nmt.io_utils import write_json
 
 log = logging.getLogger(__name__)
 
 REPORT_NAME = "clean_report.json"
-OVERLAP_LINES = 100  # line numbers listed per split and kind; the counts are always complete
-OVERLAP_KINDS = ("source", "target", "pair")
-OVERLAP_NORMALISATION = "NFKC, lowercase, whitespace collapsed"
 
 
 def read_pairs(
@@ -97,16 +93,6 @@ def _check_broken_share(
     )
 
 
-def _open_text(path: Path, mode: str) -> TextIO:
-    # newline="\n": lines end with \n only; a stray \r inside a line never splits it.
-    return open(path, mode, encoding="utf-8", newline="\n")
-
-
-def _pair_hash(src: str, tgt: str) -> int:
-    data = src.encode("utf-8") + b"\0" + tgt.encode("utf-8")
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
-
-
 def _limited(
     pairs: Iterator[tuple[str, str]], budget: list[int | None]
 ) -> Iterator[tuple[str, str]]:
@@ -132,7 +118,7 @@ def _prepare_train(
     first = (tmp_dir / ".pass1.src", tmp_dir / ".pass1.tgt") if rules.dedupe else final
     hashes, corpus_ids = array("Q"), array("H")  # 8 + 2 bytes per candidate pair
     budget: list[int | None] = [rules.max_sentences]
-    with _open_text(first[0], "w") as out_src, _open_text(first[1], "w") as out_tgt:
+    with open_text(first[0], "w") as out_src, open_text(first[1], "w") as out_tgt:
         for ci, corpus in enumerate(corpora):
             c = counts[corpus.name]
             first_bad = None
@@ -147,7 +133,7 @@ def _prepare_train(
                 out_src.write(cleaned[0] + "\n")
                 out_tgt.write(cleaned[1] + "\n")
                 if rules.dedupe:
-                    hashes.append(_pair_hash(*cleaned))
+                    hashes.append(pair_hash(*cleaned))
                     corpus_ids.append(ci)
                 else:
                     c.kept += 1
@@ -163,10 +149,10 @@ def _prepare_train(
         counts[corpus.name].kept += int((keep & in_corpus).sum())
         counts[corpus.name].dropped["duplicate"] += int((~keep & in_corpus).sum())
     with (
-        _open_text(first[0], "r") as in_src,
-        _open_text(first[1], "r") as in_tgt,
-        _open_text(final[0], "w") as out_src,
-        _open_text(final[1], "w") as out_tgt,
+        open_text(first[0], "r") as in_src,
+        open_text(first[1], "r") as in_tgt,
+        open_text(final[0], "w") as out_src,
+        open_text(final[1], "w") as out_tgt,
     ):
         for k, s, t in zip(keep.tolist(), in_src, in_tgt, strict=True):
             if k:
@@ -184,8 +170,8 @@ def _prepare_eval(
     counts = {c.name: CorpusCounts() for c in pair.splits[split]}
     budget: list[int | None] = [rules.max_sentences]
     with (
-        _open_text(tmp_dir / f"{split}.{pair.src}", "w") as out_src,
-        _open_text(tmp_dir / f"{split}.{pair.tgt}", "w") as out_tgt,
+        open_text(tmp_dir / f"{split}.{pair.src}", "w") as out_src,
+        open_text(tmp_dir / f"{split}.{pair.tgt}", "w") as out_tgt,
     ):
         for corpus in pair.splits[split]:
             c = counts[corpus.name]
@@ -210,130 +196,6 @@ def _split_report(counts: dict[str, CorpusCounts], filtered: bool) -> dict[str, 
         for reason, n in c["dropped"].items():
             total["dropped"][reason] = total["dropped"].get(reason, 0) + n
     return total
-
-
-def overlap_key(line: str) -> str:
-    """The form in which evaluation and training sentences are compared: Unicode NFKC,
-    lowercased, whitespace runs collapsed to one space and the ends stripped."""
-    return " ".join(unicodedata.normalize("NFKC", line).lower().split())
-
-
-def pair_key_hash(src: str, tgt: str) -> int:
-    """An 8-byte hash of a pair's ``overlap_key`` form: equal for pairs the overlap report
-    counts as the same."""
-    return _pair_hash(overlap_key(src), overlap_key(tgt))
-
-
-def enforce_test_overlap(dataset: str, pair: Pair, overlaps: dict[str, int]) -> None:
-    """Test sets sharing pairs with the training data (``overlaps``: split -> count): a
-    warning with the count, or with ``test_overlap: error`` a DataError saying how to fix it."""
-    for split, count in overlaps.items():
-        if not count:
-            continue
-        text = (
-            f"{dataset} {pair.name}: {count} pair(s) of test set {split!r} also occur in the "
-            f"training data (compared after {OVERLAP_NORMALISATION})"
-        )
-        if pair.test_overlap == "error":
-            raise DataError(
-                f"{text}; remove them from the training files, or set datasets.{dataset}."
-                "test_overlap: warn"
-            )
-        log.warning("%s", text)
-
-
-def _carve(pair: Pair, tmp_dir: Path) -> tuple[dict[str, int], int]:
-    """Draw ``pair.carve``'s splits out of ``tmp_dir``'s cleaned train files (see the module
-    docstring); returns (split -> pairs drawn, training pairs removed)."""
-    train = (tmp_dir / f"train.{pair.src}", tmp_dir / f"train.{pair.tgt}")
-    hashes = array("Q")
-    with _open_text(train[0], "r") as fs, _open_text(train[1], "r") as ft:
-        for s, t in zip(fs, ft, strict=True):
-            hashes.append(pair_key_hash(s, t))
-    h = np.frombuffer(hashes, dtype=np.uint64) if len(hashes) else np.zeros(0, np.uint64)
-    distinct, first_line = np.unique(h, return_index=True)
-    needed = sum(pair.carve.values())
-    if needed >= len(distinct):
-        raise DataError(
-            f"pair {pair.name}: carving {needed} pairs for {', '.join(pair.carve)} needs more "
-            f"than the {len(distinct)} distinct cleaned training pairs; carve fewer"
-        )
-    drawn = np.random.default_rng(pair.carve_seed).permutation(len(distinct))[:needed]
-    split_of_line = np.full(len(h), -1, dtype=np.int64)
-    split_of_line[first_line[drawn]] = np.repeat(
-        np.arange(len(pair.carve)), list(pair.carve.values())
-    )
-    keep = ~np.isin(h, distinct[drawn])
-    outputs = [
-        (_open_text(tmp_dir / f"{split}.{pair.src}", "w"),
-         _open_text(tmp_dir / f"{split}.{pair.tgt}", "w"))
-        for split in pair.carve
-    ]  # fmt: skip
-    kept = (tmp_dir / ".kept.src", tmp_dir / ".kept.tgt")
-    with (
-        _open_text(train[0], "r") as fs, _open_text(train[1], "r") as ft,
-        _open_text(kept[0], "w") as ks, _open_text(kept[1], "w") as kt,
-    ):  # fmt: skip
-        for line, (s, t) in enumerate(zip(fs, ft, strict=True)):
-            if keep[line]:
-                ks.write(s)
-                kt.write(t)
-            elif split_of_line[line] >= 0:  # in corpus order within each carved split
-                out_s, out_t = outputs[split_of_line[line]]
-                out_s.write(s)
-                out_t.write(t)
-    for handles in outputs:
-        for handle in handles:
-            handle.close()
-    os.replace(kept[0], train[0])
-    os.replace(kept[1], train[1])
-    return dict(pair.carve), int((~keep).sum())
-
-
-def train_overlap(
-    text_dir: Path, src: str, tgt: str, eval_splits: list[str]
-) -> dict[str, dict[str, Any]]:
-    """Per evaluation split of ``text_dir`` (``{split}.{lang}`` files): how many of its
-    sentences have their source, target or pair in ``train.{src}``/``train.{tgt}`` after
-    ``overlap_key``, with the first ``OVERLAP_LINES`` line numbers (1-based) of each kind."""
-    keys: dict[str, list[tuple[str, str]]] = {}
-    for split in eval_splits:
-        with (
-            _open_text(text_dir / f"{split}.{src}", "r") as fs,
-            _open_text(text_dir / f"{split}.{tgt}", "r") as ft,
-        ):
-            keys[split] = [(overlap_key(s), overlap_key(t)) for s, t in zip(fs, ft, strict=True)]
-    wanted_src = {s for pairs in keys.values() for s, _ in pairs if s}
-    wanted_tgt = {t for pairs in keys.values() for _, t in pairs if t}
-    wanted_pair = {p for pairs in keys.values() for p in pairs if p[0] and p[1]}
-    seen_src, seen_tgt, seen_pair = set(), set(), set()
-    with (
-        _open_text(text_dir / f"train.{src}", "r") as fs,
-        _open_text(text_dir / f"train.{tgt}", "r") as ft,
-    ):
-        for s, t in zip(fs, ft, strict=True):
-            s, t = overlap_key(s), overlap_key(t)
-            if s in wanted_src:
-                seen_src.add(s)
-            if t in wanted_tgt:
-                seen_tgt.add(t)
-                if (s, t) in wanted_pair:
-                    seen_pair.add((s, t))
-    result = {}
-    for split, pairs in keys.items():
-        lines: dict[str, list[int]] = {kind: [] for kind in OVERLAP_KINDS}
-        for n, (s, t) in enumerate(pairs, 1):
-            for kind, hit in zip(
-                OVERLAP_KINDS, (s in seen_src, t in seen_tgt, (s, t) in seen_pair), strict=True
-            ):
-                if hit:
-                    lines[kind].append(n)
-        result[split] = {
-            "sentences": len(pairs),
-            **{kind: len(lines[kind]) for kind in OVERLAP_KINDS},
-            "lines": {kind: lines[kind][:OVERLAP_LINES] for kind in OVERLAP_KINDS},
-        }
-    return result
 
 
 def prepare_pair(
@@ -384,7 +246,7 @@ def _prepare_into(
             report["splits"][split]["kept"],
         )
     if pair.carve:
-        carved, removed = _carve(pair, tmp_dir)
+        carved, removed = carve(pair, tmp_dir)
         train = report["splits"]["train"]
         train["kept"] -= removed
         train["carved_out"] = removed
@@ -399,7 +261,7 @@ def _prepare_into(
     if "train" in pair.splits and eval_splits:
         overlap = train_overlap(tmp_dir, pair.src, pair.tgt, eval_splits)
         report["overlap_normalisation"] = OVERLAP_NORMALISATION
-        report["overlap_lines_listed"] = OVERLAP_LINES
+        report["overlap_lines_listed"] = splits.OVERLAP_LINES
         for split, counts in overlap.items():
             report["splits"][split]["train_overlap"] = counts
             log.info(
