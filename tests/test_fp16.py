@@ -15,8 +15,9 @@ from torch.amp.grad_scaler import OptState
 from torch.utils.data import DataLoader
 
 from tests.test_loss_normalisation import VOCAB, _batches, _model_config
-from transformer_nmt.training.config import TrainConfig, resolve_precision
+from transformer_nmt.training.config import TrainConfig
 from transformer_nmt.training.module import TranslationModule
+from transformer_nmt.training.resolution import resolve_precision
 
 INIT_SCALE = 2.0**10
 POISONED_STEP = 2  # global_step during the poisoned update (the third)
@@ -103,7 +104,7 @@ def test_auto_precision_on_a_cpu_follows_its_bf16_support_and_says_why(
     """One function decides from the CPU's bf16 support (torch's own probes, mocked here) by
     the measured table; the reason is what the train log and MLflow give."""
     from transformer_nmt.training import preflight
-    from transformer_nmt.training.config import (
+    from transformer_nmt.training.resolution import (
         CPU_AUTO_PRECISION,
         cpu_bf16_support,
         precision_choice,
@@ -130,7 +131,7 @@ def test_auto_pad_multiple_rounds_widths_only_for_16_bit_training(
     """``pad_multiple: auto`` follows the precision the run trains in: 8 in bf16/fp16 (kernels
     per batch shape), 1 in fp32; a number is kept; anything else is a ConfigError naming it."""
     from transformer_nmt.errors import ConfigError
-    from transformer_nmt.training.config import (
+    from transformer_nmt.training.resolution import (
         CPU_AUTO_PRECISION,
         cpu_bf16_support,
         pad_multiple_choice,

@@ -243,7 +243,7 @@ def test_argparse_stays_in_the_cli() -> None:
     assert found == []
 
 
-# The rules that turn a config's "auto" values into this machine's (training/config.py,
+# The rules that turn a config's "auto" values into this machine's (training/resolution.py,
 # preflight.size_max_tokens); ``accumulation`` and ``resolve`` apply them too.
 RESOLVING = {
     "resolve", "resolve_accelerator", "resolve_devices", "resolve_precision", "precision_choice",
@@ -251,7 +251,7 @@ RESOLVING = {
 }  # fmt: skip
 
 
-RULE_MODULES = {"transformer_nmt.training.config", "transformer_nmt.training.preflight"}
+RULE_MODULES = {"transformer_nmt.training.resolution", "transformer_nmt.training.preflight"}
 
 
 def _resolving_calls(name: str) -> list[tuple[str, str]]:

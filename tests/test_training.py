@@ -21,15 +21,14 @@ from transformer_nmt.data.sampler import TokenBatchSampler
 from transformer_nmt.data.token_array import TokenArray, write_token_array
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.runs.checkpoints import is_weights_only, list_checkpoints, load_checkpoint
-from transformer_nmt.training.config import (
-    STRATEGIES,
-    TrainConfig,
+from transformer_nmt.training.config import STRATEGIES, TrainConfig
+from transformer_nmt.training.objective import paper_lr
+from transformer_nmt.training.resolution import (
     accumulation,
     resolve,
     resolve_precision,
     strategy_for,
 )
-from transformer_nmt.training.objective import paper_lr
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 64

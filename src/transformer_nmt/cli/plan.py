@@ -176,7 +176,7 @@ def format_table(plans: list[Entry]) -> str:
     out += [line(r) for r in rows]
     notes = [
         "tokens/update = max_tokens x devices x accumulation with full batches (an upper bound: "
-        "real batches carry padding); the accumulation is training.config.accumulation's",
+        "real batches carry padding); the accumulation is training.resolution.accumulation's",
         "worst batch = rows x width (BOS/EOS included) of the allowed shape with the largest peak;"
         " 'estimated' = training/preflight.py's analytic count, 'measured' = a local CUDA step",
         f"usable = {pf.USABLE_FRACTION:.0%} of a device's memory",

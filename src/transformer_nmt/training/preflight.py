@@ -38,11 +38,7 @@ import torch
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.model.config import ModelConfig, get_preset
 from transformer_nmt.model.transformer import count_parameters_of
-from transformer_nmt.training.config import (
-    TrainConfig,
-    accumulation,
-    resolve_precision,
-)
+from transformer_nmt.training.config import TrainConfig
 from transformer_nmt.training.hardware import (
     GIB,
     GPU_KINDS,
@@ -70,6 +66,7 @@ from transformer_nmt.training.memory import (
     width_limit,
     worst_batch,
 )  # fmt: skip
+from transformer_nmt.training.resolution import accumulation, resolve_precision
 
 __all__ = [  # the plan's names, and those of its parts (re-exported)
     "ADAM_MOMENTS", "AUTO_MARGIN", "AUTO_STEP", "CHECKPOINT_FLOAT_BYTES", "GIB", "GPU_KINDS",
@@ -92,7 +89,7 @@ def _canonical(precision: str) -> str:
 
 
 def resolve_plan_precision(train_cfg: TrainConfig, target: Target) -> str:
-    """``precision: auto`` on the target, as ``training.config.resolve_precision`` decides on the
+    """``precision: auto`` on the target, as ``resolution.resolve_precision`` decides on the
     device: bf16-mixed on a GPU kind with bf16, 16-mixed on one without; on a CPU (this
     machine's) its ``CPU_AUTO_PRECISION``."""
     if train_cfg.precision != "auto":

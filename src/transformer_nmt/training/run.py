@@ -37,7 +37,7 @@ from transformer_nmt.training.callbacks import (
     read_last_validation,
 )
 from transformer_nmt.training.cluster import local_rank
-from transformer_nmt.training.config import Resolved, TrainConfig, resolve
+from transformer_nmt.training.config import TrainConfig
 from transformer_nmt.training.module import NonFiniteLossError, TranslationModule
 from transformer_nmt.training.preflight import (
     AUTO_MARGIN,
@@ -49,6 +49,7 @@ from transformer_nmt.training.preflight import (
     this_device,
     total_ram_bytes,
 )
+from transformer_nmt.training.resolution import Resolved, resolve
 from transformer_nmt.training.resume import (
     ResumableTranslationDataModule,
     ResumePoint,

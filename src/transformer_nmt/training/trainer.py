@@ -28,7 +28,8 @@ from transformer_nmt.training.callbacks import (
     Throughput,
 )
 from transformer_nmt.training.cluster import cluster_environment
-from transformer_nmt.training.config import Resolved, TrainConfig, strategy_for
+from transformer_nmt.training.config import TrainConfig
+from transformer_nmt.training.resolution import Resolved, strategy_for
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -1,0 +1,211 @@
+"""A run's "auto" settings on this machine: the rules (accelerator, devices, precision with
+the CPU's measured table, pad multiple, §5.1 gradient accumulation, strategy) and the one
+``Resolved`` record a run resolves them into, once (``resolve``; the train stage's
+``training.run.resolve_run`` also sizes ``max_tokens: auto``). The pre-flight check, the
+trainer, the logs, the run summary and MLflow read that record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from transformer_nmt.errors import ConfigError
+from transformer_nmt.training.config import TrainConfig
+
+
+def resolve_accelerator(cfg: TrainConfig) -> str:
+    if cfg.accelerator != "auto":
+        return cfg.accelerator
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def check_devices_exist(cfg: TrainConfig) -> None:
+    """A GPU config on a machine without one (or with too few) is a one-line ConfigError
+    naming the key, raised before anything starts (no Lightning traceback, no MLflow run)."""
+    if resolve_accelerator(cfg) not in ("gpu", "cuda"):
+        return
+    available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if available == 0:
+        raise ConfigError(
+            f"train config key 'accelerator' is {cfg.accelerator!r} but this machine has no CUDA "
+            "GPU: GPU recipes run with `snakemake --profile profiles/gpu` on a GPU machine; "
+            "here use a CPU config (config/config.yaml) or set train.accelerator: cpu"
+        )
+    if cfg.devices != "auto" and int(cfg.devices) > available:
+        raise ConfigError(
+            f"train config key 'devices' is {cfg.devices} but this machine has {available} GPU(s)"
+        )
+
+
+def resolve_devices(cfg: TrainConfig) -> int:
+    """Processes per node: ``devices``, or for "auto" every visible GPU (one CPU process)."""
+    if cfg.devices != "auto":
+        return int(cfg.devices)
+    if resolve_accelerator(cfg) in ("gpu", "cuda"):
+        return max(torch.cuda.device_count(), 1)
+    return 1
+
+
+def cpu_bf16_support() -> str:
+    """How this CPU computes bf16: "amx" (AMX-BF16 tiles: Xeon Sapphire Rapids and newer),
+    "avx512_bf16" (AVX512-BF16 dot products without AMX: AMD Zen 4, Xeon Cooper Lake), or "none"
+    (oneDNN emulates bf16 with conversions)."""
+    if torch.cpu._is_amx_tile_supported():
+        return "amx"
+    if torch.cpu._is_avx512_bf16_supported():
+        return "avx512_bf16"
+    return "none"
+
+
+# ``precision: auto`` on a CPU, by ``cpu_bf16_support``: chosen by measurement of the demo's
+# training (benchmarks/RESULTS.md), with the reason the train log and MLflow give. bf16-mixed
+# goes in where a measurement shows it paying in speed without the memory growth oneDNN's
+# per-shape kernels bring.
+CPU_AUTO_PRECISION: dict[str, tuple[str, str]] = {
+    "amx": (
+        "32-true",
+        "AMX-BF16: bf16-mixed trained the demo 1.5x faster with batch widths rounded to 8, "
+        "but 0.6-1.5 BLEU worse at the same steps (2-core Xeon, 2026-11-25, issue 20)",
+    ),
+    "avx512_bf16": (
+        "32-true",
+        "AVX512-BF16 without AMX: bf16-mixed trained the demo 1.14x faster at twice the peak "
+        "memory (benchmarks/bench_shapes.py, 2-core EPYC, 2026-11-25)",
+    ),
+    "none": (
+        "32-true",
+        "no bf16 instructions: bf16-mixed is emulated, ~20x slower (benchmarks/RESULTS.md, "
+        "2026-11-22)",
+    ),
+}
+
+
+def precision_choice(cfg: TrainConfig) -> tuple[str, str]:
+    """The Lightning precision a run trains in, and why. "auto": bf16-mixed on a CUDA device
+    with bf16 (Ampere and newer), 16-mixed (fp16 with dynamic loss scaling) on an older one
+    (V100: ~3.8x its fp32 speed); on a CPU, ``CPU_AUTO_PRECISION`` for its bf16 support."""
+    if cfg.precision != "auto":
+        return cfg.precision, "set in the config"
+    if resolve_accelerator(cfg) in ("gpu", "cuda") and torch.cuda.is_available():
+        if torch.cuda.is_bf16_supported():
+            return "bf16-mixed", "auto: the GPU computes in bf16 (Ampere or newer)"
+        return "16-mixed", "auto: the GPU has no bf16 (pre-Ampere): fp16 with loss scaling"
+    precision, why = CPU_AUTO_PRECISION[cpu_bf16_support()]
+    return precision, f"auto on this CPU: {why}"
+
+
+def resolve_precision(cfg: TrainConfig) -> str:
+    """The precision of ``precision_choice``."""
+    return precision_choice(cfg)[0]
+
+
+# pad_multiple: auto in 16-bit training: kernels for bf16/fp16 are built per shape (the CPU's
+# oneDNN primitives; cuBLAS plans and tensor cores like widths that are multiples of 8).
+AUTO_PAD_MULTIPLE_16BIT = 8
+
+
+def pad_multiple_choice(cfg: TrainConfig) -> tuple[int, str]:
+    """The multiple batch widths are rounded up to, and why. "auto": 8 when the run trains in
+    16 bits (``resolve_precision``), where each new batch shape builds kernels (on a CPU with
+    AMX, bf16-mixed at widths as they come doubled the demo's peak memory to 2.0 GiB); 1 in
+    fp32, where rounding only adds padding (0.84x the demo's speed; benchmarks/RESULTS.md)."""
+    if cfg.pad_multiple != "auto":
+        return int(cfg.pad_multiple), "set in the config"
+    precision = resolve_precision(cfg)
+    if precision.startswith(("bf16", "16")):
+        return AUTO_PAD_MULTIPLE_16BIT, f"auto: {precision} builds kernels per batch shape"
+    return 1, f"auto: {precision} gains nothing from rounding widths up"
+
+
+def accumulation(cfg: TrainConfig, tgt_tokens_per_batch: float | None = None) -> int:
+    """§5.1 updates of ~``tokens_per_update`` real target tokens: micro-batches per update,
+    ``round(tokens_per_update / (tgt_tokens_per_batch * world size))``, at least 1.
+
+    ``tgt_tokens_per_batch``: the real (non-padding) target tokens of an average batch of the
+    training data (``TokenBatchSampler.real_tokens_per_batch``); without data, ``max_tokens``
+    (its upper bound).
+    """
+    return resolve(cfg).with_accumulation(cfg.tokens_per_update, tgt_tokens_per_batch).accumulation
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A run's hardware-dependent settings, resolved once at its start (``resolve``; the
+    train stage's ``training.run.resolve_run`` also sizes ``max_tokens: auto``). The pre-flight
+    check, the data module, the trainer, the logs, the run summary and MLflow all read this
+    record; nothing after it resolves an "auto" value again."""
+
+    accelerator: str
+    devices: int  # processes per node
+    num_nodes: int
+    precision: str  # a Lightning precision string
+    precision_why: str
+    pad_multiple: int  # batch widths are rounded up to a multiple of this
+    pad_multiple_why: str
+    max_tokens: int | str  # tokens per micro-batch; "auto" until sized
+    max_tokens_why: str
+    strategy: str  # as configured; "auto" is DDP when several processes train (``strategy_for``)
+    accumulation: int | None = None  # micro-batches per update, once the data is known
+
+    @property
+    def world_size(self) -> int:
+        """Processes in all."""
+        return self.devices * self.num_nodes
+
+    def with_accumulation(
+        self, tokens_per_update: int, tgt_tokens_per_batch: float | None = None
+    ) -> Resolved:
+        """This record with its §5.1 accumulation (``accumulation``'s rule) over the data's
+        average real target tokens per batch (without data: ``max_tokens``)."""
+        if not tgt_tokens_per_batch and self.max_tokens == "auto":
+            raise ValueError("max_tokens 'auto' is sized first (training.run.resolve_run)")
+        per_batch = tgt_tokens_per_batch or float(self.max_tokens)
+        steps = round(tokens_per_update / (per_batch * self.world_size))
+        return dataclasses.replace(self, accumulation=max(1, steps))
+
+    def applied_to(self, cfg: TrainConfig) -> TrainConfig:
+        """``cfg`` with its micro-batch size as resolved (the key a resume compares)."""
+        return dataclasses.replace(cfg, max_tokens=self.max_tokens)
+
+    def chosen(self) -> dict[str, str]:
+        """The choices and their reasons, as the train log and MLflow's tags give them."""
+        return {
+            "precision_chosen": f"{self.precision} ({self.precision_why})",
+            "pad_multiple_chosen": f"{self.pad_multiple} ({self.pad_multiple_why})",
+            "micro_batch_tokens": str(self.max_tokens),
+        }
+
+
+def resolve(cfg: TrainConfig) -> Resolved:
+    """The "auto" values of ``cfg`` on this machine, ``max_tokens`` as configured."""
+    precision, precision_why = precision_choice(cfg)
+    pad_multiple, pad_multiple_why = pad_multiple_choice(cfg)
+    return Resolved(
+        accelerator=resolve_accelerator(cfg),
+        devices=resolve_devices(cfg),
+        num_nodes=cfg.num_nodes,
+        precision=precision,
+        precision_why=precision_why,
+        pad_multiple=pad_multiple,
+        pad_multiple_why=pad_multiple_why,
+        max_tokens=cfg.max_tokens,
+        max_tokens_why="set in the config",
+        strategy=cfg.strategy,
+    )
+
+
+def strategy_for(resolved: Resolved) -> Any:
+    """Lightning's strategy: as configured, or for "auto" DDP (gloo on CPU, NCCL on GPU) when
+    several processes train, else Lightning's own."""
+    if resolved.strategy != "auto":
+        return resolved.strategy
+    if resolved.world_size > 1:
+        from lightning.pytorch.strategies import DDPStrategy
+
+        backend = "gloo" if resolved.accelerator == "cpu" else None
+        return DDPStrategy(process_group_backend=backend)
+    return "auto"
