@@ -55,6 +55,9 @@ os.environ["TRANSFORMER_NMT_MIRROR"] = pipeline.mirror() or os.environ.get(
 os.environ["MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING"] = str(
     bool(config.get("system_metrics", True))
 ).lower()
+# The CPU fast paths (config cpu_fast_paths; transformer_nmt.fast_paths): speed only, not a
+# param (switching re-runs nothing).
+os.environ["TRANSFORMER_NMT_CPU_FAST_PATHS"] = pipeline.cpu_fast_paths()
 # How to re-run this workflow (this command line's configs): each MLflow run's description.
 os.environ["TRANSFORMER_NMT_RERUN"] = paths.rerun_command(
     workflow.config_settings.configfiles, workflow.config_settings.config, REPO
@@ -67,6 +70,7 @@ envvars:
     "TRANSFORMER_NMT_MIRROR",
     "TRANSFORMER_NMT_RERUN",
     "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING",
+    "TRANSFORMER_NMT_CPU_FAST_PATHS",
 
 
 # Where the stages track (config tracking_uri, else $MLFLOW_TRACKING_URI), handed to every job,

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import torch
+from stage_process import allocator_as_in_the_stages
 
 from transformer_nmt.model.config import get_preset
 from transformer_nmt.model.transformer import Transformer
@@ -97,6 +98,7 @@ def main() -> None:
     if args.out_len <= args.src_len:
         parser.error("--out-len must exceed --src-len (max_len_b = out_len - src_len)")
 
+    print(f"memory: {allocator_as_in_the_stages()}")  # as translate sets it
     device = torch.device(args.device)
     if args.threads > 0:
         torch.set_num_threads(args.threads)

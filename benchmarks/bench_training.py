@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from stage_process import allocator_as_in_the_stages
 
 from transformer_nmt.model.config import get_preset
 from transformer_nmt.model.transformer import Transformer
@@ -50,17 +51,6 @@ from transformer_nmt.training.objective import (
 )
 
 OUT = Path(__file__).resolve().parent / "out" / "training.json"
-
-
-def allocator_as_in_the_stages() -> str:
-    """The process's allocator set as the train and translate stages set theirs
-    (``cpu_memory.keep_freed_memory``), so a benchmark of their code measures what they run;
-    a source tree from before that module (``bench_ab.py``'s side A) keeps the default."""
-    try:
-        from transformer_nmt.cpu_memory import keep_freed_memory
-    except ImportError:
-        return "the default allocator (a source tree without cpu_memory)"
-    return keep_freed_memory()
 
 
 # preset -> (vocabulary size, sentence length L per side)

@@ -204,9 +204,9 @@ def test_misspelled_top_level_key_is_one_short_line(tmp_path: Path) -> None:
     result = _dry_run(tmp_path, "--configfile", str(bad))
     assert result.returncode != 0
     assert result.stdout == "" and result.stderr.splitlines()[-1] == (
-        "config: unknown key 'experimnts' (known: attention_map_sentences, data, data_mirror, "
-        "datasets, experiments, register, registry, significance, system_metrics, table3, "
-        "tracking_uri)"
+        "config: unknown key 'experimnts' (known: attention_map_sentences, cpu_fast_paths, data, "
+        "data_mirror, datasets, experiments, register, registry, significance, system_metrics, "
+        "table3, tracking_uri)"
     )
 
 

@@ -242,15 +242,15 @@ def test_best_early_stop_decodes_less_and_never_finds_a_better_hypothesis():
 @pytest.mark.parametrize("vocab", [7, 100, 1000, 1024])
 @pytest.mark.parametrize("k", [1, 7])  # the search asks for min(2K, V) <= V
 def test_row_topk_returns_torch_topk_values(block, vocab, k, monkeypatch):
-    from transformer_nmt.search import _stepper
+    from transformer_nmt.search import topk
 
-    monkeypatch.setattr(_stepper, "ROW_TOPK_BLOCK", block)
+    monkeypatch.setattr(topk, "ROW_TOPK_BLOCK", block)
     g = torch.Generator().manual_seed(vocab + k)
     scores = torch.randint(-50, 50, (6, vocab), generator=g).float()  # many equal values
     scores[1] = float("-inf")  # a row whose only finite entry is one token (at max length)
     scores[1, vocab - 1] = 0.0
     scores[2, :] = 3.0  # a row of ties
-    values, columns = _stepper.row_topk(scores, k)
+    values, columns = topk.row_topk(scores, k)
     expected = scores.topk(k, dim=1).values
     assert torch.equal(values, expected)
     assert torch.equal(scores.gather(1, columns), values)
@@ -259,14 +259,14 @@ def test_row_topk_returns_torch_topk_values(block, vocab, k, monkeypatch):
 
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_block_top_k_search_equals_plain_top_k_search(use_cache, monkeypatch):
-    from transformer_nmt.search import _stepper
+    from transformer_nmt.search import topk
 
     model = make_model(15, eos_bias=1.5)
     src = sources(15)
     kwargs = {"beam_size": 2, "nbest": 2, "max_len_b": 6, "use_cache": use_cache, **IDS}
-    monkeypatch.setattr(_stepper, "ROW_TOPK_BLOCK", 10**9)  # torch.topk over whole rows
+    monkeypatch.setattr(topk, "ROW_TOPK_BLOCK", 10**9)  # torch.topk over whole rows
     plain = beam_search(model, src, **kwargs)
-    monkeypatch.setattr(_stepper, "ROW_TOPK_BLOCK", 2)  # 7 blocks and a tail column
+    monkeypatch.setattr(topk, "ROW_TOPK_BLOCK", 2)  # 7 blocks and a tail column
     blocked = beam_search(model, src, **kwargs)
     for a, b in zip(plain, blocked, strict=True):
         assert [h.tokens for h in a] == [h.tokens for h in b]

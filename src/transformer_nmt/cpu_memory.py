@@ -11,7 +11,7 @@ bf16 76 s against 80 s, for 2.5 % more peak RSS; beam-4 decoding of test_2016 wi
 model ran 1.035x (1 thread) and 1.10x (2 threads) in float, 1.005x and 1.04x in int8
 (benchmarks/RESULTS.md, 2026-11-25 night). Only the three together pay: the top pad alone was
 slower, the thresholds alone changed nothing. A user's own MALLOC_* settings or a preloaded
-allocator (jemalloc, tcmalloc) are left alone.
+allocator (jemalloc, tcmalloc) are left alone. A CPU fast path (``fast_paths``: ``allocator``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+
+from transformer_nmt import fast_paths
 
 # mallopt(3) parameters (malloc.h)
 M_TRIM_THRESHOLD = -1
@@ -34,6 +36,8 @@ USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP
 def keep_freed_memory() -> str:
     """Raise glibc's mmap threshold, trim threshold and top pad for this process; returns what
     was done (a phrase for the log). Call it before the large allocations start."""
+    if not fast_paths.enabled("allocator"):
+        return "glibc malloc as it is (the allocator fast path is off: cpu_fast_paths)"
     if not sys.platform.startswith("linux"):
         return "the system allocator as it is (not Linux)"
     if any(name in os.environ for name in USER_SETTINGS):

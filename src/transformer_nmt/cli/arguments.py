@@ -3,7 +3,9 @@
 ``add_search_arguments`` / ``search_settings``: the §6.1 beam search's flags and their
 ``SearchSettings`` (translate, average, select-alpha, register, attention-maps, and the decoding
 benchmarks). ``add_tracking_arguments`` / ``tracking_run_dir``: the ``--mlflow-*`` flags of
-every tracked stage (``tracking.stage_run`` reads what they name).
+every tracked stage (``tracking.stage_run`` reads what they name). ``add_fast_path_arguments``
+/ ``apply_fast_paths``: ``--cpu-fast-paths`` (``transformer_nmt.fast_paths``) of train and
+translate.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from transformer_nmt import fast_paths
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.search.settings import EARLY_STOP, SearchSettings
 
@@ -107,3 +110,22 @@ def tracking_run_dir(args: argparse.Namespace, run_dir: Path | None = None) -> P
     if given is not None and run_dir is not None and given.resolve() != run_dir.resolve():
         raise ConfigError(f"--mlflow-run-dir {given} is not --run-dir {run_dir}: give one")
     return given if given is not None else run_dir
+
+
+def add_fast_path_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cpu-fast-paths",
+        default=None,
+        metavar="on|off|LIST",
+        help="the CPU fast paths (config/README.md's departures): on, off, or a comma-separated "
+        f"list of those to keep on ({', '.join(fast_paths.FAST_PATHS)}); default: "
+        f"${fast_paths.ENV}, else on",
+    )
+
+
+def apply_fast_paths(args: argparse.Namespace) -> str:
+    """Set the fast-path switch from ``--cpu-fast-paths`` (else check the environment's) for
+    this process and those it starts; returns it as the log gives it. Call it first."""
+    if args.cpu_fast_paths is not None:
+        fast_paths.set_fast_paths(args.cpu_fast_paths)
+    return fast_paths.describe()

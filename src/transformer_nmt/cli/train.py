@@ -31,7 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.arguments import add_tracking_arguments, tracking_run_dir
+from transformer_nmt.cli.arguments import (
+    add_fast_path_arguments,
+    add_tracking_arguments,
+    apply_fast_paths,
+    tracking_run_dir,
+)
 from transformer_nmt.errors import ConfigError, UserFacingError
 from transformer_nmt.runs.layout import ATTEMPT_LOG_DIR
 
@@ -67,6 +72,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-split", default="train")
     parser.add_argument("--valid-split", default="valid")
     add_tracking_arguments(parser)
+    add_fast_path_arguments(parser)
 
 
 def parse_json(flag: str, text: str) -> dict[str, Any]:
@@ -126,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         train_run,
     )
 
+    fast = apply_fast_paths(args)  # before the allocator's settings (one of them)
     memory = keep_freed_memory()  # before the data and the model allocate
     where, model_spec, train_keys = experiment_settings(args)
     try:
@@ -154,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     lock = run_dir_lock(args.run_dir) if rank_zero else contextlib.nullcontext()
     attempt = attempt_log(args.run_dir) if rank_zero else contextlib.nullcontext()
     with lock, attempt:
-        log.info("memory: %s", memory)
+        log.info("CPU fast paths: %s; memory: %s", fast, memory)
         resolved = resolve_run(model_cfg, train_cfg, vocab)  # every "auto", once
         start = plan_start(args.run_dir, model_cfg, train_cfg, vocab, resolved)
         # The batch geometry may change within a run (a resume after an out-of-memory error, on
@@ -165,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
         params.update({k: v for k, v in settings.items() if k not in GEOMETRY_KEYS})
         geometry = {k: settings[k] for k in GEOMETRY_KEYS}
         geometry.update(resolved.chosen())  # micro_batch_tokens, precision_chosen, ...
+        geometry["cpu_fast_paths"] = fast
         experiment = args.mlflow_experiment if rank_zero_only.rank == 0 else None
         data_params, tags = {}, {}
         if experiment is not None and args.mlflow_run is not None:  # data settings, checksums

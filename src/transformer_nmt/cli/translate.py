@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, TextIO
 
 from transformer_nmt import tracking
 from transformer_nmt.cli.arguments import (
+    add_fast_path_arguments,
     add_search_arguments,
     add_tracking_arguments,
+    apply_fast_paths,
     search_settings,
     tracking_run_dir,
 )
@@ -99,6 +101,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "CPU decoding, slightly different translations; benchmarks/RESULTS.md measures BLEU)",
     )
     add_tracking_arguments(parser)
+    add_fast_path_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     from transformer_nmt.inference.factory import open_translator
     from transformer_nmt.progress import Progress
 
+    fast = apply_fast_paths(args)  # before the allocator's settings (one of them)
     memory = keep_freed_memory()
     settings = search_settings(args)
     if args.stdin_batch < 1:
@@ -137,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         translator = open_translator(
             args.engine, args.model, args.spm_model, settings, args.device, args.quantize
         )
-        log.info("memory: %s", memory)
+        log.info("CPU fast paths: %s; memory: %s", fast, memory)
         log.info(
             "translating %s on %s (beam %d, alpha %g, max len +%d)",
             f"{len(lines)} sentences" if lines is not None else "stdin as it arrives",

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from transformer_nmt import fast_paths
 from transformer_nmt.data.local import CONFIG_KEY as LOCAL_DATASETS_KEY
 from transformer_nmt.data.local import merged_registry
 from transformer_nmt.data.registry import DEFAULT_REGISTRY, Dataset, parse_registry, read_registry
@@ -61,6 +62,7 @@ class Pipeline:
         self._experiments = self.studies.runs
         self._check()
         self.studies.check_significance()
+        self.cpu_fast_paths()  # an unknown fast path: a ConfigError now, not in every job
         if self.tracking_uri():  # no password in it: it would reach the jobs' records and logs
             source = "tracking_uri" if config.get("tracking_uri") else "MLFLOW_TRACKING_URI"
             check_uri(self.tracking_uri(), source)
@@ -212,6 +214,14 @@ class Pipeline:
             f"--mlflow-experiment {exp['dataset']}_{exp['pair']} --mlflow-run {name}"
             f" --mlflow-run-dir {run_dir}"
         )
+
+    def cpu_fast_paths(self) -> str:
+        """The config's ``cpu_fast_paths`` as the jobs' switch (``fast_paths``: on, off or a
+        list); a ConfigError names an unknown path."""
+        value = self.config.get("cpu_fast_paths", True)
+        text = ("on" if value else "off") if isinstance(value, bool) else str(value)
+        fast_paths.parse(text)
+        return text
 
     def tracking_uri(self) -> str | None:
         """``tracking_uri``, else ``$MLFLOW_TRACKING_URI``; None: the stages' own default (the

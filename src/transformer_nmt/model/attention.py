@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_nmt import fast_paths
+
 # The decoder's self-attention mask during training (§3.2.3): with right padding a real query
 # only ever reaches real keys j <= i, so no padding mask is needed on top.
 CAUSAL = "causal"
@@ -40,8 +42,13 @@ def _explicit_product(q: torch.Tensor) -> bool:
     explicit product with its softmax in float32 took half the math kernel's (tiny's shape
     [146, 4, 28, 64] with a padding mask: flash -, math 9.8, explicit 4.8 ms; causal: 26.3,
     10.7, 5.3 ms; 2-core Xeon with AMX, benchmarks/RESULTS.md). In fp32, and on GPUs, SDPA's
-    own kernel choice is the faster one. The same numbers either way, up to rounding."""
-    return q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
+    own kernel choice is the faster one. The same numbers either way, up to rounding. A CPU
+    fast path (``fast_paths``: ``explicit_attention``)."""
+    return (
+        q.device.type == "cpu"
+        and q.dtype in (torch.bfloat16, torch.float16)
+        and fast_paths.enabled("explicit_attention")
+    )
 
 
 def attention_probs(q: torch.Tensor, k: torch.Tensor, attn_mask: AttentionMask) -> torch.Tensor:

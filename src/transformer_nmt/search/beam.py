@@ -35,9 +35,10 @@ from dataclasses import dataclass
 import torch
 
 from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.search._stepper import Stepper, eval_mode, restrict_, row_topk
+from transformer_nmt.search._stepper import Stepper, eval_mode, restrict_
 from transformer_nmt.search.length_penalty import length_penalty
 from transformer_nmt.search.settings import EARLY_STOP, SearchSettings
+from transformer_nmt.search.topk import top_k_per_row
 
 
 @dataclass
@@ -124,7 +125,7 @@ def beam_search(
             # tokens (a candidate with 2K better ones in its own row has 2K better ones in
             # all), so rank per row first: [n*K, V] is only read, never added to or copied.
             width = min(2 * k, lprobs.shape[1])
-            row_lprobs, row_tok = row_topk(lprobs, width)  # [n*K, W]
+            row_lprobs, row_tok = top_k_per_row(lprobs, width)  # [n*K, W]
             # scores follow the model's dtype (float64 models search in float64)
             cand = (scores.to(lprobs.dtype).reshape(n * k, 1) + row_lprobs).view(n, k * width)
             top_scores, top_idx = cand.topk(min(2 * k, k * width), dim=1)  # [n, 2K]

@@ -1,0 +1,72 @@
+"""The CPU fast paths: where this project departs, for speed on a CPU, from what torch does by
+default, and the one switch that turns them off to compare (config ``cpu_fast_paths``, CLI
+``--cpu-fast-paths``, environment ``TRANSFORMER_NMT_CPU_FAST_PATHS``).
+
+Each gives the same results as the plain path: exactly (``row_topk``'s values, the allocator),
+up to rounding (the explicit attention product), or in distribution (the dropout mask, a
+different draw of the same Bernoulli mask). Each one's measured gain and the command behind it
+are in config/README.md's departures table.
+
+- ``allocator``: glibc's malloc keeps freed blocks for reuse (``cpu_memory.keep_freed_memory``).
+- ``dropout_mask``: §5.4's dropout draws its mask as 16-bit integers, four per 64-bit draw,
+  instead of one float per element (``model.dropout.Dropout``).
+- ``explicit_attention``: eq. 1 as written, softmax in float32, instead of SDPA on a CPU in
+  bf16/fp16 (``model.attention``).
+- ``row_topk``: beam search's per-row top-k by blocks of columns (``search.topk.row_topk``).
+
+The switch is the process's environment, so that the processes a run starts (DDP ranks,
+DataLoader workers) follow it: ``on`` (the default), ``off``, or a comma-separated list of the
+paths to keep on (the others off).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from transformer_nmt.errors import ConfigError
+
+ENV = "TRANSFORMER_NMT_CPU_FAST_PATHS"
+FAST_PATHS = ("allocator", "dropout_mask", "explicit_attention", "row_topk")
+
+
+@functools.lru_cache(maxsize=16)
+def parse(value: str) -> frozenset[str]:
+    """The fast paths that ``value`` (``on``, ``off``, or a comma-separated list) keeps on;
+    a ConfigError names an unknown one."""
+    text = value.strip().lower()
+    if text in ("on", "true", "1", ""):
+        return frozenset(FAST_PATHS)
+    if text in ("off", "false", "0", "none"):
+        return frozenset()
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = sorted(names - set(FAST_PATHS))
+    if unknown:
+        raise ConfigError(
+            f"cpu_fast_paths: unknown fast path(s) {', '.join(unknown)} (known: "
+            f"{', '.join(FAST_PATHS)}; or on / off)"
+        )
+    return frozenset(names)
+
+
+def enabled(name: str) -> bool:
+    """Whether the fast path ``name`` is on in this process."""
+    return name in parse(os.environ.get(ENV, "on"))
+
+
+def set_fast_paths(value: str | bool) -> frozenset[str]:
+    """Set the switch for this process and the processes it starts; returns the paths on."""
+    text = ("on" if value else "off") if isinstance(value, bool) else str(value)
+    chosen = parse(text)  # a bad value raises before anything changes
+    os.environ[ENV] = text
+    return chosen
+
+
+def describe() -> str:
+    """The switch as the logs and MLflow give it: ``all on``, ``all off`` or the list."""
+    on = parse(os.environ.get(ENV, "on"))
+    if on == frozenset(FAST_PATHS):
+        return "all on"
+    if not on:
+        return "all off"
+    return "on: " + ", ".join(name for name in FAST_PATHS if name in on)
