@@ -4,9 +4,8 @@ Only lookups live here (no computation): the rules stay thin shell calls into th
 The registry is read once, through ``transformer_nmt.data.registry`` (the same parser and
 validation as the stages use), with the config's own datasets (``datasets:``,
 ``transformer_nmt.data.local``) merged in. The studies (Table 3 rows, seeds, significance) are
-``experiments.studies``'s; the path templates ``experiments.paths``'s. Cross-checks that a JSON
-schema cannot express (an experiment naming a dataset pair with no ``data:`` block, a test set
-the registry does not have) raise ``ConfigError`` naming the key.
+``experiments.studies``'s; the path templates ``experiments.paths``'s; the cross-checks that a
+JSON schema cannot express ``experiments.checks``'s (a ``ConfigError`` naming the key).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from transformer_nmt import fast_paths
 from transformer_nmt.data.local import CONFIG_KEY as LOCAL_DATASETS_KEY
 from transformer_nmt.data.local import merged_registry
 from transformer_nmt.data.registry import DEFAULT_REGISTRY, Dataset, parse_registry, read_registry
-from transformer_nmt.errors import ConfigError
+from transformer_nmt.experiments.checks import check_experiments
 from transformer_nmt.experiments.paths import (
     ALPHA_SELECTION,
     ATTENTION_MAP,
@@ -60,7 +59,7 @@ class Pipeline:
         self.table3_rows = self.studies.table3_rows  # Table 3 row -> experiment (before seeds)
         self.groups = self.studies.groups  # experiment -> its runs (one per seed)
         self._experiments = self.studies.runs
-        self._check()
+        check_experiments(self.config, self._experiments, self.registry, self.registry_path)
         self.studies.check_significance()
         self.cpu_fast_paths()  # an unknown fast path: a ConfigError now, not in every job
         if self.tracking_uri():  # no password in it: it would reach the jobs' records and logs
@@ -78,73 +77,6 @@ class Pipeline:
     def report_summaries(self) -> list[str]:
         """The train summaries the report's Table 3 section reads (dev perplexity, BLEU)."""
         return self.studies.report_summaries()
-
-    # -- validation beyond the schema ---------------------------------------------------------
-
-    def _check(self) -> None:
-        for dataset, pairs in self.config["data"].items():
-            for pair in pairs:
-                self._registry_dataset(dataset, pair, f"data.{dataset}.{pair}")
-        for name, exp in self._experiments.items():
-            key = f"experiments.{name}"
-            dataset, pair = exp["dataset"], exp["pair"]
-            entry = self._registry_dataset(dataset, pair, key)
-            if pair not in self.config["data"].get(dataset, {}):
-                raise ConfigError(
-                    f"{key}: no data settings for {dataset} {pair}: "
-                    f"add data.{dataset}.{pair} (vocab_size, spm_sample_sentences, spm_seed, "
-                    "clean)"
-                )
-            self._check_average(key, exp)
-            search = exp["translate"]
-            if "alpha_candidates" in search and search["alpha"] != "auto":
-                raise ConfigError(
-                    f"{key}.translate.alpha_candidates: used only with alpha: auto, but alpha "
-                    f"is {search['alpha']}: set {key}.translate.alpha: auto or drop the key"
-                )
-            for test_set in exp["test_sets"]:
-                if test_set not in entry.test_splits:
-                    raise ConfigError(
-                        f"{key}.test_sets: '{test_set}' is not a test set of {dataset} "
-                        f"(registry {self.registry_path}: {', '.join(entry.test_splits)})"
-                    )
-
-    @staticmethod
-    def _check_average(key: str, exp: dict[str, Any]) -> None:
-        """Before training: will the run keep the checkpoints that ``average_last_k`` averages?
-        (kept = keep_checkpoints, and with step-based checkpoints at most
-        ceil(max_steps / checkpoint_every_steps), the one at max_steps included)."""
-        last_k, train = exp["average_last_k"], exp["train"]
-        if last_k == "auto":
-            return
-        keep = train.get("keep_checkpoints", 5)
-        if keep < last_k:
-            raise ConfigError(
-                f"{key}.average_last_k: averages {last_k} checkpoints but "
-                f"{key}.train.keep_checkpoints keeps only {keep}"
-            )
-        every, max_steps = train.get("checkpoint_every_steps"), train.get("max_steps", 100_000)
-        if every and -(-max_steps // every) < last_k:
-            written = -(-max_steps // every)
-            raise ConfigError(
-                f"{key}.average_last_k: averages {last_k} checkpoints but max_steps={max_steps} "
-                f"with checkpoint_every_steps={every} writes only {written}: lower "
-                f"{key}.train.checkpoint_every_steps to at most {max_steps // last_k}"
-            )
-
-    def _registry_dataset(self, dataset: str, pair: str, key: str) -> Dataset:
-        """The registry's entry of ``dataset``, which must have ``pair``; errors name ``key``."""
-        if dataset not in self.registry:
-            known = ", ".join(sorted(self.registry))
-            raise ConfigError(
-                f"{key}: unknown dataset '{dataset}' (registry {self.registry_path}: {known})"
-            )
-        entry = self.registry[dataset]
-        if pair not in entry.pairs:
-            raise ConfigError(
-                f"{key}: dataset '{dataset}' has no pair '{pair}' (has: {', '.join(entry.pairs)})"
-            )
-        return entry
 
     # -- config lookups ----------------------------------------------------------------------
 
