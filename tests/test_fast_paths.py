@@ -146,3 +146,18 @@ def test_the_cli_flag_sets_the_switch_for_the_process_and_its_children() -> None
     assert os.environ[fast_paths.ENV] == "off"  # what DDP ranks and workers inherit
     with pytest.raises(ConfigError, match="unknown fast path"):
         apply_fast_paths(parser.parse_args(["--cpu-fast-paths", "fast"]))
+
+
+def test_the_benchmark_leaves_out_exactly_the_path_each_variant_names() -> None:
+    import importlib.util
+
+    path = REPO / "benchmarks" / "bench_fast_paths.py"
+    spec = importlib.util.spec_from_file_location("bench_fast_paths", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    variants = bench.variants()
+    assert fast_paths.parse(variants["all on"]) == frozenset(fast_paths.FAST_PATHS)
+    assert fast_paths.parse(variants["all off"]) == frozenset()
+    for name in fast_paths.FAST_PATHS:
+        assert fast_paths.parse(variants[f"all but {name}"]) == set(fast_paths.FAST_PATHS) - {name}
+    assert len(variants) == 2 + len(fast_paths.FAST_PATHS)
