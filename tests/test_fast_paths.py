@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(autouse=True)
 def _switch_restored(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(fast_paths.ENV, raising=False)  # monkeypatch restores the caller's
+    # setenv, not delenv: monkeypatch records (and restores) a variable that was absent only
+    # when it sets it; the tests' set_fast_paths calls must not reach the tests after them
+    monkeypatch.setenv(fast_paths.ENV, "on")
 
 
 def test_the_switch_reads_on_off_and_lists_and_names_an_unknown_path(
