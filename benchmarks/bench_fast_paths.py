@@ -14,7 +14,7 @@ the machine's load falls on all of them alike; the table gives each variant's me
 rounds, its range, and the median of its per-round ratios to "all on" (below 1: the fast path
 that variant leaves out was worth that much). Usage::
 
-    python benchmarks/bench_fast_paths.py [--rounds 3] [--steps 8]
+    python benchmarks/bench_fast_paths.py [--rounds 3] [--steps 8] [--only train|decode]
 
 Writes ``benchmarks/out/fast_paths.json`` with the commit, the CPU model and flags.
 """
@@ -102,10 +102,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=8, help="measured training steps per run")
+    parser.add_argument(
+        "--only", choices=("train", "decode"), default=None, help="one kind of workload"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
 
     chosen, loads = variants(), workloads(args.steps)
+    if args.only:
+        loads = {name: load for name, load in loads.items() if name.startswith(args.only)}
     scripts = {tuple(command) for command, _, _ in loads.values()}
     values: dict[str, dict[str, list[float]]] = {w: {v: [] for v in chosen} for w in loads}
     started = time.time()
@@ -144,6 +149,7 @@ def main() -> None:
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "machine": machine(),
         "rounds": args.rounds,
+        "only": args.only,
         "steps": args.steps,
         "wall_s": time.time() - started,
         "rows": table,
