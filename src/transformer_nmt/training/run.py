@@ -116,7 +116,7 @@ class RunData:
 
 
 def resolve_run(model_cfg: ModelConfig, train_cfg: TrainConfig, vocab: VocabInfo) -> Resolved:
-    """The run's hardware-dependent settings, once, at its start (``config.resolve``), with
+    """The run's hardware-dependent settings, once, at its start (``resolution.resolve``), with
     ``max_tokens: auto`` sized to this process's device (``preflight.size_max_tokens``: the same
     size on every rank) and every choice logged with its reason. ``plan_start``'s pre-flight
     check then measures the sized batch on a GPU."""
