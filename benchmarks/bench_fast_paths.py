@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path[:0] = [str(REPO / "src")]
+from stage_process import machine  # noqa: E402
+
 from transformer_nmt.fast_paths import ENV, FAST_PATHS  # noqa: E402
 
 OUT = HERE / "out" / "fast_paths.json"
@@ -77,25 +78,6 @@ def pick(rows: list[dict], fields: dict[str, str]) -> dict:
     if len(found) != 1:
         raise SystemExit(f"expected one row with {fields}, found {len(found)}")
     return found[0]
-
-
-def machine() -> dict[str, str]:
-    def run(command: list[str]) -> str:
-        try:
-            return subprocess.run(command, capture_output=True, text=True, check=True).stdout
-        except (OSError, subprocess.CalledProcessError):
-            return ""
-
-    lscpu = run(["lscpu"])
-    model = next((ln.split(":", 1)[1].strip() for ln in lscpu.splitlines()
-                  if ln.startswith("Model name")), platform.processor())  # fmt: skip
-    flags = sorted({f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in lscpu})
-    return {
-        "cpu_model": model,
-        "cpu_flags": " ".join(flags),
-        "cores": str(os.cpu_count()),
-        "commit": run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]).strip(),
-    }
 
 
 def main() -> None:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -25,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from stage_process import machine
 
 REPO = Path(__file__).resolve().parent.parent
 LOCAL_NAME = "multi30k_local"
@@ -66,27 +65,6 @@ def run_dag(config: dict[str, Any], workdir: Path, mirror: Path | None) -> float
     start = time.perf_counter()
     subprocess.run(cmd, cwd=workdir, check=True, env={**subprocess.os.environ, "PATH": env_path})
     return (time.perf_counter() - start) / 60
-
-
-def machine() -> dict[str, Any]:
-    cpuinfo = (
-        Path("/proc/cpuinfo").read_text(encoding="utf-8") if Path("/proc/cpuinfo").is_file() else ""
-    )
-    model = re.search(r"model name\s*:\s*(.*)", cpuinfo)
-    flags = (
-        set(re.search(r"flags\s*:\s*(.*)", cpuinfo).group(1).split())
-        if "flags" in cpuinfo
-        else set()
-    )
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
-    return {
-        "cpu": model.group(1) if model else platform.processor(),
-        "flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}),
-        "cores": len(__import__("os").sched_getaffinity(0)),
-        "commit": commit,
-    }
 
 
 def main() -> None:

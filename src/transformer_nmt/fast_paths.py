@@ -54,12 +54,19 @@ def enabled(name: str) -> bool:
     return name in parse(os.environ.get(ENV, "on"))
 
 
+def switch_text(value: str | bool) -> str:
+    """``value`` (a config's boolean or string, a flag's string) as the switch's text, checked:
+    a ConfigError names an unknown path."""
+    text = ("on" if value else "off") if isinstance(value, bool) else str(value)
+    parse(text)
+    return text
+
+
 def set_fast_paths(value: str | bool) -> frozenset[str]:
     """Set the switch for this process and the processes it starts; returns the paths on."""
-    text = ("on" if value else "off") if isinstance(value, bool) else str(value)
-    chosen = parse(text)  # a bad value raises before anything changes
+    text = switch_text(value)  # a bad value raises before anything changes
     os.environ[ENV] = text
-    return chosen
+    return parse(text)
 
 
 def describe() -> str:

@@ -150,10 +150,7 @@ class Pipeline:
     def cpu_fast_paths(self) -> str:
         """The config's ``cpu_fast_paths`` as the jobs' switch (``fast_paths``: on, off or a
         list); a ConfigError names an unknown path."""
-        value = self.config.get("cpu_fast_paths", True)
-        text = ("on" if value else "off") if isinstance(value, bool) else str(value)
-        fast_paths.parse(text)
-        return text
+        return fast_paths.switch_text(self.config.get("cpu_fast_paths", True))
 
     def tracking_uri(self) -> str | None:
         """``tracking_uri``, else ``$MLFLOW_TRACKING_URI``; None: the stages' own default (the
