@@ -18,9 +18,18 @@ the ratio CTranslate2 / torch. Both engines batch by ``--max-tokens`` the same w
 of identical outputs is reported too (the length penalties differ: docs in
 ``transformer_nmt.inference.ct2``).
 
+``--ct2-best`` gives CTranslate2 its best documented CPU settings within the same thread budget
+(issue 33): every compute type of the precision class that this CPU supports
+(``ctranslate2.get_supported_compute_types``: float32/bfloat16 for float, int8/int8_float32/
+int8_bfloat16 for int8), and for a budget of T > 1 threads also T batches at once on one
+thread each (``inter_threads=T, intra_threads=1``, its parallel.md; every batch is submitted
+asynchronously). Each setting is timed; the table marks CTranslate2's fastest, and ``best``
+in the JSON compares ours with it.
+
 Usage: ``python benchmarks/bench_ct2_decoding.py [--model M --spm-model S --source F]
-[--sentences 200] [--runs 3] [--threads 1 2] [--beam 4] [--quantize int8]``; prints a table and
-writes ``benchmarks/out/ct2_decoding.json`` (with the load average, to judge a loaded machine).
+[--sentences 200] [--runs 3] [--threads 1 2] [--beam 4] [--quantize int8] [--ct2-best]``;
+prints a table and writes ``benchmarks/out/ct2_decoding.json`` (with the load average, to judge
+a loaded machine).
 """
 
 from __future__ import annotations
@@ -73,6 +82,22 @@ def synthetic(root: Path, preset: str, sentences: int) -> tuple[Path, Path, list
     return root / "model.pt", root / "spm.model", lines[:sentences]
 
 
+FLOAT_TYPES = ("float32", "bfloat16")
+INT8_TYPES = ("int8", "int8_float32", "int8_bfloat16")
+
+
+def ct2_settings(ctranslate2, quantize: str | None, threads: int, best: bool):
+    """(compute_type, intra_threads, inter_threads) to time for a budget of ``threads``: the
+    export's own weights on all threads, or with ``best`` every supported compute type of the
+    precision class, on ``threads`` intra-op threads and (T > 1) on T one-thread workers."""
+    if not best:
+        return [("default", threads, 1)]
+    supported = set(ctranslate2.get_supported_compute_types("cpu"))
+    types = [t for t in (INT8_TYPES if quantize else FLOAT_TYPES) if t in supported]
+    splits = [(threads, 1)] + ([(1, threads)] if threads > 1 else [])
+    return [(t, intra, inter) for t in types for intra, inter in splits]
+
+
 def timed(translator, lines: list[str], runs: int) -> tuple[float, list[str]]:
     """Median seconds of ``runs`` translations of ``lines`` (after a warm-up) and the output."""
     out = translator.translate(lines)  # warm-up
@@ -98,6 +123,10 @@ def main() -> None:
         "--quantize", choices=["none", "int8"], default="none",
         help="weights on both sides: none (float32) or int8 (default none)",
     )  # fmt: skip
+    parser.add_argument(
+        "--ct2-best", action="store_true",
+        help="CTranslate2 at each supported compute type of the class and thread split",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     print(f"memory: {allocator_as_in_the_stages()}")
@@ -116,31 +145,53 @@ def main() -> None:
             lines = [line for line in read_lines(args.source) if line.strip()][: args.sentences]
         export_ct2(model, spm_model, root / "ct2", quantization=quantize)
         ours = Translator(model, spm_model, settings, device="cpu", quantize=quantize)
-        rows = []
-        header = f"{'threads':>7} {'torch sent/s':>13} {'ct2 sent/s':>11} {'ratio':>6} {'same':>5}"
+        rows, best = [], []
+        header = f"{'threads':>7} {'engine':<42} {'sent/s':>7} {'ours/it':>7} {'same':>5}"
         print(header)
         print("-" * len(header))
         for threads in args.threads:
             torch.set_num_threads(threads)
-            theirs = Ct2Translator(root / "ct2", spm_model, settings, "cpu", threads=threads)
             t_torch, out_torch = timed(ours, lines, args.runs)
-            t_ct2, out_ct2 = timed(theirs, lines, args.runs)
-            same = sum(a == b for a, b in zip(out_torch, out_ct2, strict=True)) / len(lines)
-            row = {
+            print(f"{threads:>7} {'ours (torch)':<42} {len(lines) / t_torch:>7.1f}", flush=True)
+            candidates = []
+            for compute_type, intra, inter in ct2_settings(ctranslate2, quantize, threads,
+                                                           args.ct2_best):  # fmt: skip
+                theirs = Ct2Translator(
+                    root / "ct2", spm_model, settings, "cpu", threads=intra,
+                    inter_threads=inter, compute_type=compute_type,
+                )  # fmt: skip
+                t_ct2, out_ct2 = timed(theirs, lines, args.runs)
+                same = sum(a == b for a, b in zip(out_torch, out_ct2, strict=True)) / len(lines)
+                row = {
+                    "threads": threads,
+                    "ct2_compute_type": compute_type,
+                    "ct2_intra_threads": intra,
+                    "ct2_inter_threads": inter,
+                    "torch_seconds": t_torch,
+                    "ct2_seconds": t_ct2,
+                    "torch_sentences_per_s": len(lines) / t_torch,
+                    "ct2_sentences_per_s": len(lines) / t_ct2,
+                    "ct2_speedup": t_torch / t_ct2,
+                    "identical_outputs": same,
+                }
+                rows.append(row)
+                candidates.append(row)
+                label = f"ct2 {compute_type}, {inter} worker(s) x {intra} thread(s)"
+                print(
+                    f"{threads:>7} {label:<42} {row['ct2_sentences_per_s']:>7.1f} "
+                    f"{t_ct2 / t_torch:>6.2f}x {same:>5.0%}",
+                    flush=True,
+                )
+            fastest = min(candidates, key=lambda r: r["ct2_seconds"])
+            best.append({
                 "threads": threads,
-                "torch_seconds": t_torch,
-                "ct2_seconds": t_ct2,
-                "torch_sentences_per_s": len(lines) / t_torch,
-                "ct2_sentences_per_s": len(lines) / t_ct2,
-                "ct2_speedup": t_torch / t_ct2,
-                "identical_outputs": same,
-            }
-            rows.append(row)
-            print(
-                f"{threads:>7} {row['torch_sentences_per_s']:>13.1f} "
-                f"{row['ct2_sentences_per_s']:>11.1f} {row['ct2_speedup']:>5.2f}x {same:>5.0%}",
-                flush=True,
-            )
+                "torch_sentences_per_s": fastest["torch_sentences_per_s"],
+                "ct2_sentences_per_s": fastest["ct2_sentences_per_s"],
+                "ct2_setting": {k: fastest[k] for k in
+                                ("ct2_compute_type", "ct2_intra_threads", "ct2_inter_threads")},
+                "ours_over_ct2": fastest["ct2_seconds"] / t_torch,
+            })  # fmt: skip
+            print(f"{threads:>7} ours / CTranslate2's fastest: {best[-1]['ours_over_ct2']:.2f}x")
 
     payload = {
         "benchmark": "ct2_decoding",
@@ -157,6 +208,7 @@ def main() -> None:
         "torch": torch.__version__,
         "ctranslate2": ctranslate2.__version__,
         "results": rows,
+        "best": best,
     }  # fmt: skip
     write_json(args.out, payload)
     print(f"\nload average {os.getloadavg()}; wrote {args.out}")

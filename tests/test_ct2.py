@@ -20,6 +20,7 @@ from transformer_nmt.data.batch import flatten, training_batch
 from transformer_nmt.data.spm import train_spm
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, load_vocab_info
 from transformer_nmt.errors import CheckpointError, ConfigError, UserFacingError
+from transformer_nmt.inference.ct2 import Ct2Translator
 from transformer_nmt.inference.factory import open_translator
 from transformer_nmt.inference.translator import Translator
 from transformer_nmt.model.config import ModelConfig, apply_overrides
@@ -175,6 +176,28 @@ def test_greedy_search_gives_identical_translations(trained) -> None:
     )
     assert theirs == ours
     assert ours[-2] == ""  # empty lines stay empty, in input order
+
+
+def test_parallel_batches_give_the_same_translations_in_order(trained) -> None:
+    """inter_threads=2 runs two batches at once (every batch is submitted asynchronously);
+    small batches make many of them. Greedy: ours, batch by batch, is the reference; beam 4:
+    the same n-best lists and scores as one batch at a time, in input order."""
+    lines = [src for src, _ in _pairs(80, seed=5)] + ["", "der hund"]
+
+    def engines(settings):
+        return [
+            Ct2Translator(trained["ct2"], trained["spm"], settings, "cpu", threads=1,
+                          inter_threads=n)
+            for n in (1, 2)
+        ]  # fmt: skip
+
+    greedy = SearchSettings(beam=1, max_tokens=64)
+    ours = Translator(trained["model"], trained["spm"], greedy).translate(lines)
+    assert [engine.translate(lines) for engine in engines(greedy)] == [ours, ours]
+    one, two = engines(SearchSettings(beam=4, alpha=0.6, nbest=2, max_tokens=64))
+    sequential = one.translate_nbest(lines)
+    assert two.translate_nbest(lines) == sequential
+    assert sequential[-2] == [("", 0.0)]
 
 
 def _model_log_prob(

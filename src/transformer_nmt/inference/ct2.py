@@ -42,7 +42,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +261,14 @@ class Ct2Translator(TranslationEngine):
         settings: SearchSettings,
         device: str = "auto",
         threads: int | None = None,
+        *,
+        compute_type: str = "default",
+        inter_threads: int = 1,
     ) -> None:
+        """``threads``: intra-op threads per batch (default torch's); ``inter_threads``: batches
+        run at once, each on ``threads`` threads (CTranslate2's parallel.md); ``compute_type``:
+        CTranslate2's (``default`` = the export's weights, or e.g. ``int8_float32``,
+        ``bfloat16``, which it converts to when loading)."""
         import sentencepiece as spm
 
         ctranslate2 = import_ctranslate2()
@@ -281,8 +288,9 @@ class Ct2Translator(TranslationEngine):
             threads = torch.get_num_threads()  # the same intra-op threads as the torch engine
         self.device = device
         self.translator = ctranslate2.Translator(
-            str(model_dir), device=kind, device_index=int(index or 0), intra_threads=threads
-        )
+            str(model_dir), device=kind, device_index=int(index or 0), intra_threads=threads,
+            inter_threads=inter_threads, compute_type=compute_type,
+        )  # fmt: skip
         # The positions (sinusoid rows or learned ones) must cover the source ``x EOS`` and the
         # decoder inputs ``BOS y`` of up to longest source + max_len_b tokens.
         self.max_src_tokens = int(self.meta["max_positions"]) - settings.max_len_b - 1
@@ -309,19 +317,30 @@ class Ct2Translator(TranslationEngine):
     def search(self, sources: Sequence[list[str]]) -> list[list[Hypothesis]]:
         """Decode one batch of piece lists; per sentence its n-best, best first. ``score`` is
         CTranslate2's (log P(Y | X) / |Y|^α); ``log_prob`` is not returned (NaN)."""
+        return next(self.search_batches([sources]))
+
+    def search_batches(
+        self, batches: Sequence[Sequence[list[str]]]
+    ) -> Iterator[list[list[Hypothesis]]]:
+        """Every batch submitted at once (asynchronous), so that ``inter_threads`` workers run
+        them in parallel; each batch keeps its own length cap. Results in order."""
         s = self.settings
-        longest = max(len(p) for p in sources) + 1  # x EOS
-        results = self.translator.translate_batch(
-            list(sources), beam_size=s.beam, length_penalty=s.alpha, num_hypotheses=s.nbest,
-            max_decoding_length=longest + s.max_len_b, min_decoding_length=0,
-            max_input_length=0, return_scores=True, suppress_sequences=self._suppress,
-        )  # fmt: skip
-        # Each sentence's own cap, as ours: its source length + max_len_b tokens.
-        caps = [len(p) + 1 + s.max_len_b for p in sources]
-        return [
-            [
-                Hypothesis([self._ids[p] for p in pieces[:cap]], float(score), float("nan"))
-                for pieces, score in zip(r.hypotheses, r.scores, strict=True)
+        pending = []
+        for sources in batches:
+            longest = max(len(p) for p in sources) + 1  # x EOS
+            pending.append(self.translator.translate_batch(
+                list(sources), beam_size=s.beam, length_penalty=s.alpha, num_hypotheses=s.nbest,
+                max_decoding_length=longest + s.max_len_b, min_decoding_length=0,
+                max_input_length=0, return_scores=True, suppress_sequences=self._suppress,
+                asynchronous=True,
+            ))  # fmt: skip
+        for sources, results in zip(batches, pending, strict=True):
+            # Each sentence's own cap, as ours: its source length + max_len_b tokens.
+            caps = [len(p) + 1 + s.max_len_b for p in sources]
+            yield [
+                [
+                    Hypothesis([self._ids[p] for p in pieces[:cap]], float(score), float("nan"))
+                    for pieces, score in zip(r.hypotheses, r.scores, strict=True)
+                ]
+                for r, cap in zip((a.result() for a in results), caps, strict=True)
             ]
-            for r, cap in zip(results, caps, strict=True)
-        ]

@@ -8,6 +8,9 @@ An engine (``translator.Translator``: our PyTorch model and ``search.beam_search
   ``search.Hypothesis`` list, best first;
 - ``decode(tokens)``: target ids back to text;
 
+and may override ``search_batches`` (an engine that runs several batches at once: CTranslate2
+with ``inter_threads``),
+
 and ``TranslationEngine`` turns them into ``translate`` / ``translate_nbest`` over lines of text,
 with one batching rule (``token_batches``), input order kept and empty lines answered without
 running the model. The engines import this module; nothing here imports an engine.
@@ -16,7 +19,7 @@ running the model. The engines import this module; nothing here imports an engin
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from transformer_nmt.search import Hypothesis, SearchSettings
@@ -63,6 +66,11 @@ class TranslationEngine(abc.ABC):
     def search(self, sources: Sequence[Any]) -> list[list[Hypothesis]]:
         """The n-best hypotheses of each encoded source (§6.1 beam search)."""
 
+    def search_batches(self, batches: Sequence[Sequence[Any]]) -> Iterator[list[list[Hypothesis]]]:
+        """``search`` of each batch, in order (one at a time here)."""
+        for sources in batches:
+            yield self.search(sources)
+
     def translate(self, lines: Sequence[str]) -> list[str]:
         """Translate ``lines``: one translation per line (the best hypothesis), in order."""
         return [nbest[0][0] for nbest in self.translate_nbest(lines)]
@@ -78,9 +86,11 @@ class TranslationEngine(abc.ABC):
         results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
         todo = [i for i, ids in enumerate(encoded) if ids is not None]
         lengths = [len(encoded[i]) for i in todo]
-        for batch in token_batches(lengths, self.settings.max_tokens):
-            indices = [todo[j] for j in batch]
-            hyps = self.search([encoded[i] for i in indices])
+        batches = [
+            [todo[j] for j in batch] for batch in token_batches(lengths, self.settings.max_tokens)
+        ]
+        searched = self.search_batches([[encoded[i] for i in indices] for indices in batches])
+        for indices, hyps in zip(batches, searched, strict=True):
             for i, nbest in zip(indices, hyps, strict=True):
                 results[i] = [(self.decode(h.tokens), float(h.score)) for h in nbest]
             if progress is not None:
