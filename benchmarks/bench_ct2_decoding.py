@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import statistics
 import sys
@@ -53,7 +52,7 @@ from transformer_nmt.io_utils import read_lines, write_json
 from transformer_nmt.runs.checkpoints import save_model_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stage_process import allocator_as_in_the_stages  # noqa: E402
+from stage_process import allocator_as_in_the_stages, machine  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out" / "ct2_decoding.json"
 
@@ -202,8 +201,7 @@ def main() -> None:
                      "max_tokens": args.max_tokens, "early_stop": args.early_stop},
         "quantize": args.quantize,
         "runs": args.runs,
-        "cpu": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
+        "machine": machine(),
         "loadavg": os.getloadavg(),
         "torch": torch.__version__,
         "ctranslate2": ctranslate2.__version__,

@@ -200,6 +200,18 @@ def test_parallel_batches_give_the_same_translations_in_order(trained) -> None:
     assert sequential[-2] == [("", 0.0)]
 
 
+def test_on_a_cpu_the_thread_budget_becomes_one_thread_workers(trained, monkeypatch) -> None:
+    """Neither threads nor workers given: torch's thread count as that many one-thread workers
+    (CTranslate2's fastest split on a CPU); either given: as given."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    settings = SearchSettings()
+    default = Ct2Translator(trained["ct2"], trained["spm"], settings, "cpu")
+    assert default.translator.num_translators == 3
+    given = Ct2Translator(trained["ct2"], trained["spm"], settings, "cpu", threads=2)
+    assert given.translator.num_translators == 1
+    assert default.translator.compute_type == given.translator.compute_type == "float32"
+
+
 def _model_log_prob(
     model: Transformer, src: list[int], tgt: list[int], renormalised: bool
 ) -> float:

@@ -263,12 +263,15 @@ class Ct2Translator(TranslationEngine):
         threads: int | None = None,
         *,
         compute_type: str = "default",
-        inter_threads: int = 1,
+        inter_threads: int | None = None,
     ) -> None:
-        """``threads``: intra-op threads per batch (default torch's); ``inter_threads``: batches
-        run at once, each on ``threads`` threads (CTranslate2's parallel.md); ``compute_type``:
-        CTranslate2's (``default`` = the export's weights, or e.g. ``int8_float32``,
-        ``bfloat16``, which it converts to when loading)."""
+        """``threads``: intra-op threads per batch; ``inter_threads``: batches run at once, each
+        on ``threads`` threads (CTranslate2's parallel.md). Neither given: on a CPU, torch's
+        thread count as that many one-thread workers (CTranslate2's fastest split of two threads
+        over a test set's batches: 1.35x one two-thread worker in float32, 1.77x in int8, on a
+        2-core EPYC; benchmarks/records/ct2_best_epyc.json), elsewhere one worker.
+        ``compute_type``: CTranslate2's (``default`` = the export's weights, or e.g.
+        ``int8_float32``, which it converts to when loading)."""
         import sentencepiece as spm
 
         ctranslate2 = import_ctranslate2()
@@ -285,11 +288,15 @@ class Ct2Translator(TranslationEngine):
         if threads is None:
             import torch
 
-            threads = torch.get_num_threads()  # the same intra-op threads as the torch engine
+            budget = torch.get_num_threads()  # the torch engine's threads
+            if inter_threads is None and kind == "cpu":
+                threads, inter_threads = 1, budget
+            else:
+                threads = budget
         self.device = device
         self.translator = ctranslate2.Translator(
             str(model_dir), device=kind, device_index=int(index or 0), intra_threads=threads,
-            inter_threads=inter_threads, compute_type=compute_type,
+            inter_threads=inter_threads or 1, compute_type=compute_type,
         )  # fmt: skip
         # The positions (sinusoid rows or learned ones) must cover the source ``x EOS`` and the
         # decoder inputs ``BOS y`` of up to longest source + max_len_b tokens.
