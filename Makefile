@@ -16,7 +16,7 @@ BIN := $(abspath $(VENV))/bin
 # Snakemake's jobs call `python -m transformer_nmt`: the venv's python must come first.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: install run test lint format ui check-config
+.PHONY: install run test lint format ui check-config bench
 .DEFAULT_GOAL := run
 
 # torch first, pinned, so that installing the package does not pull another build of it
@@ -43,6 +43,11 @@ check-config: install
 # the MLflow UI on mlflow.db, with each experiment's link to its runs
 ui: install
 	python -m transformer_nmt ui $(ARGS)
+
+# the quick set of benchmarks (~25 min on 2 cores), rewriting benchmarks/records/; it lists the
+# README/config figures that no longer match. e.g. make bench ARGS="--mirror ../shared/data"
+bench: install
+	python benchmarks/bench_quick.py $(ARGS)
 
 # Python (ruff), Snakemake files (snakefmt, snakemake --lint)
 lint: install

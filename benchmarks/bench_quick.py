@@ -1,0 +1,294 @@
+"""``make bench``: the quick set of the project's headline comparisons, rerun on this machine
+and written as records (issue 33 item 6). About 25 minutes on 2 cores:
+
+1. **The demo**: ``config/config.yaml``'s whole DAG in a fresh working directory (the data from
+   ``--mirror``): minutes, training seconds and target tokens/s, peak RSS, sacreBLEU, chrF and
+   lowercased tokenized BLEU per test set. Record ``demo_<machine>``.
+2. **Decoding against CTranslate2 at its best**: ``bench_ct2_decoding.py --ct2-best`` on that
+   demo model, the first 1,000 sentences of its first test set, float32 and int8, 1 and 2
+   threads. Record ``ct2_best_<machine>``.
+3. **Training against eole**: ``bench_peer_training.py`` in fp32 and bf16 (the peer's own
+   virtual environment, ``benchmarks/peers/install_eole.sh``; skipped with that advice when it
+   is missing). Record ``peer_training_<machine>``.
+
+``<machine>`` names the CPU class the figures belong to (``machine_key``): ``xeon_amx``,
+``epyc``, ... A record already there keeps its ``claims`` (the sentences of README.md and
+config/ that cite it) and gets the new values, command, commit, date and machine. Then every
+record's claims are checked against the documents, as ``tests/test_records.py`` does: the
+ones that no longer match are listed, and the exit status is 1, until the documents say the
+new figures (a record nobody cites yet is listed too, with where to cite it).
+
+The long comparisons are not rerun here; ``--list`` prints them with their commands and
+durations on 2 cores (``LONG``).
+
+    make bench ARGS="--mirror ../shared/data"      # or:
+    python benchmarks/bench_quick.py [--mirror ../shared/data] [--only demo ct2 peer] [--list]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from record_claims import RECORDS, load_records, stale_claims
+from stage_process import machine
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "benchmarks"
+PARTS = ("demo", "ct2", "peer")
+
+LONG = [
+    ("the CPU recipe, whole DAG (issue 36)", "~60 min",
+     "snakemake --cores all --configfile config/experiments/multi30k_en_de_cpu.yaml "
+     "--config data_mirror=MIRROR"),
+    ("time to dev BLEU against eole (issue 21)", "~15 min",
+     "python benchmarks/bench_time_to_bleu.py --config config/config.yaml --minutes 12 "
+     "--max-steps 1200 --every-steps 100 --score-every-steps 200 --sets valid "
+     "--data-mirror MIRROR --peer eole --concurrent --threads 1 --name peer_demo"),
+    ("the CPU fast paths, one at a time (issue 32)", "~40 min",
+     "python benchmarks/bench_fast_paths.py --only train --rounds 3 --steps 5; "
+     "python benchmarks/bench_fast_paths.py --only decode --rounds 4"),
+    ("the demo from a local dataset against the registry's (issue 35)", "~18 min",
+     "python benchmarks/bench_local_dataset.py --mirror MIRROR"),
+    ("Table 3 at CPU scale (issue 37)", "~3 h of training",
+     "snakemake --cores all --configfile config/experiments/table3_cpu.yaml "
+     "--config data_mirror=MIRROR"),
+]  # fmt: skip
+
+
+def machine_key(info: dict[str, Any]) -> str:
+    """The CPU class a figure belongs to: the vendor's line (xeon, epyc, else the model name)
+    and what decides our CPU paths (``_amx``; nothing for AVX512-BF16; ``_avx2``; ``_base``)."""
+    model = info["cpu"].lower()
+    vendor = next((v for v in ("xeon", "epyc") if v in model), None)
+    vendor = vendor or re.sub(r"[^a-z0-9]+", "_", model).strip("_")[:24] or "cpu"
+    flags = set(info["flags"])
+    tier = ("_amx" if "amx_bf16" in flags else "" if "avx512_bf16" in flags
+            else "_avx2" if "avx2" in flags else "_base")  # fmt: skip
+    return vendor + tier
+
+
+def _python_env() -> dict[str, str]:
+    """Snakemake's jobs run ``python -m transformer_nmt``: this interpreter's first on PATH."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    return env
+
+
+def run_demo(mirror: Path | None, workdir: Path) -> dict[str, Any]:
+    """The demo's whole DAG in ``workdir`` (downloads from ``mirror`` when given): its
+    figures and where its model is."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text(encoding="utf-8"))
+    ((name, exp),) = config["experiments"].items()
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "all"]
+    if mirror is not None:
+        cmd += ["--config", f"data_mirror={mirror}"]
+    print(f"[demo] {' '.join(cmd[2:])} in {workdir}", flush=True)
+    started = time.perf_counter()
+    subprocess.run(cmd, cwd=workdir, env=_python_env(), check=True, stdout=subprocess.DEVNULL)
+    dag_seconds = time.perf_counter() - started
+    # The largest resident set of any process the DAG ran (Linux: kilobytes).
+    peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 / 1e9
+    run_dir = workdir / "results" / "runs" / name
+    summary = json.loads((run_dir / "train_summary.json").read_text(encoding="utf-8"))
+    values = {
+        "dag_seconds": round(dag_seconds, 1),
+        "train_seconds": round(summary["wall_seconds"], 1),
+        "tgt_tokens_per_s": round(summary["metrics"]["train/tgt_tokens_per_s_mean"]),
+        "peak_gb": round(peak_gb, 2),
+    }
+    for test_set in exp["test_sets"]:
+        scores = json.loads((run_dir / f"{test_set}.scores.json").read_text(encoding="utf-8"))
+        short = re.search(r"\d{4}", test_set)
+        tag = short.group(0) if short else test_set
+        values[f"bleu_{tag}"] = round(scores["bleu"]["score"], 4)
+        values[f"chrf_{tag}"] = round(scores["chrf"]["score"], 2)
+        values[f"lc_tok_{tag}"] = round(scores["bleu_lc_tok"]["score"], 2)
+    print(f"[demo] {values}", flush=True)
+    data = workdir / "results" / "data" / exp["dataset"] / exp["pair"]
+    src = exp["pair"].split("-")[0]
+    return {
+        "values": values,
+        "derived": {
+            "dag_minutes": ["dag_seconds", "/", 60],
+            "train_minutes": ["train_seconds", "/", 60],
+        },  # fmt: skip
+        "what": "the demo's whole DAG (config/config.yaml) in a fresh working directory, "
+        "data from the mirror, the project's venv already installed",
+        "command": "python benchmarks/bench_quick.py --mirror MIRROR --only demo "
+        "(snakemake --cores all --config data_mirror=MIRROR)",
+        "runs": 1,
+        "spread": "one run (seeded: the same batches on every machine); other CPU families "
+        "move BLEU by a few tenths, and a loaded machine the minutes",
+        "model": {
+            "model": run_dir / "averaged.pt",
+            "spm": workdir / "results" / "spm" / exp["dataset"] / exp["pair"] / "spm.model",
+            "source": data / f"{exp['test_sets'][0]}.{src}",
+        },
+    }
+
+
+def run_ct2(model: dict[str, Path], out_dir: Path) -> dict[str, Any]:
+    values, settings = {}, {}
+    for quantize, cls in (("none", "float"), ("int8", "int8")):
+        out = out_dir / f"ct2_{quantize}.json"
+        cmd = [sys.executable, str(BENCH / "bench_ct2_decoding.py"), "--model", str(model["model"]),
+               "--spm-model", str(model["spm"]), "--source", str(model["source"]),
+               "--sentences", "1000", "--runs", "3", "--threads", "1", "2",
+               "--quantize", quantize, "--ct2-best", "--out", str(out)]  # fmt: skip
+        print(f"[ct2] {quantize}", flush=True)
+        subprocess.run(cmd, check=True, env=_python_env())
+        for best in json.loads(out.read_text(encoding="utf-8"))["best"]:
+            key = f"{cls}_{best['threads']}t"
+            values[f"ours_{key}"] = round(best["torch_sentences_per_s"], 1)
+            values[f"ct2best_{key}"] = round(best["ct2_sentences_per_s"], 1)
+            s = best["ct2_setting"]
+            settings[key] = (f"{s['ct2_compute_type']}, {s['ct2_inter_threads']} worker(s) x "
+                             f"{s['ct2_intra_threads']} thread(s)")  # fmt: skip
+    return {
+        "values": values,
+        "derived": {k: [f"ours_{k}", "/", f"ct2best_{k}"] for k in settings},
+        "ct2_fastest_setting": settings,
+        "what": "beam-4 decoding of the first 1,000 sentences of the demo's first test set with "
+        "the demo model, sentences/s: ours against CTranslate2 at its fastest supported compute "
+        "type and thread split within the same thread budget, median of 3 runs each",
+        "command": "python benchmarks/bench_ct2_decoding.py --model .../averaged.pt --spm-model "
+        ".../spm.model --source .../test_2016_flickr.en --sentences 1000 --runs 3 --threads 1 2 "
+        "--quantize none|int8 --ct2-best",
+        "runs": 3,
+        "spread": "medians of 3 timed runs per setting after a warm-up",
+    }
+
+
+def run_peer(out_dir: Path, mirror: Path | None) -> dict[str, Any] | None:
+    venv = BENCH / ".venv-peer-eole"
+    if not (venv / "bin" / "eole").exists():
+        print(f"[peer] skipped: no eole in {venv}; run benchmarks/peers/install_eole.sh")
+        return None
+    values = {}
+    for precision in ("fp32", "bf16"):
+        out = out_dir / f"peer_{precision}.json"
+        cmd = [sys.executable, str(BENCH / "bench_peer_training.py"), "--steps", "100",
+               "--runs", "2", "--log-every", "25", "--precision", precision,
+               "--out", str(out)]  # fmt: skip
+        if mirror is not None:
+            cmd += ["--data-mirror", str(mirror)]
+        print(f"[peer] {precision}", flush=True)
+        subprocess.run(cmd, check=True, env=_python_env())
+        result = json.loads(out.read_text(encoding="utf-8"))
+        values[f"ours_{precision}"] = round(result["median"]["ours"]["tgt_tokens_per_s"])
+        values[f"eole_{precision}"] = round(result["median"]["peer"]["tgt_tokens_per_s"])
+        values[f"ours_loss_{precision}"] = round(result["median"]["ours"]["final_loss"], 3)
+        values[f"eole_loss_{precision}"] = round(result["median"]["peer"]["final_loss"], 3)
+        peer = result["peer"]
+    return {
+        "values": values,
+        "derived": {f"ratio_{p}": [f"ours_{p}", "/", f"eole_{p}"] for p in ("fp32", "bf16")},
+        "what": f"training the tiny shape (d_model 256, pre-LN) on the demo's data, target "
+        f"tokens/s, ours against {peer} on the same model, data, batch and threads; loss after "
+        "100 updates",
+        "command": "python benchmarks/bench_peer_training.py --steps 100 --runs 2 --log-every 25 "
+        "--precision fp32|bf16 --data-mirror MIRROR",
+        "runs": 2,
+        "spread": "medians of 2 runs per side, alternating order",
+    }
+
+
+def write_record(name: str, result: dict[str, Any], info: dict[str, Any]) -> None:
+    """``result`` as record ``name``, keeping the claims of the record already there."""
+    path = RECORDS / f"{name}.json"
+    old = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    record = {
+        "what": result["what"],
+        "values": result["values"],
+        "derived": result.get("derived", {}),
+        "claims": old.get("claims", {}),
+        "command": result["command"],
+        "commit": info["commit"],
+        "machine": {
+            "cpu_model": info["cpu"],
+            "cpu_flags": " ".join(info["flags"]),
+            "cores": info["cores"],
+        },  # fmt: skip
+        "date": datetime.date.today().isoformat(),
+        "runs": result["runs"],
+        "spread": result["spread"],
+        "source": "make bench (benchmarks/bench_quick.py)",
+    }
+    record.update({k: v for k, v in result.items() if k not in record and k != "model"})
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    print(f"wrote {path}", flush=True)
+
+
+def report_claims(written: list[str]) -> int:
+    """Print the claims the documents no longer state; 1 if any (or an uncited new record)."""
+    status = 0
+    for name, record in load_records().items():
+        if not record["claims"] and name in written:
+            print(f"{name}: cited nowhere yet: cite it in README.md or config/ (a sentence with "
+                  f"its figures and the marker 'record: {name}', and the sentence in its "
+                  f"'claims'), or delete it")  # fmt: skip
+            status = 1
+        for line in stale_claims(name, record):
+            print(f"{name}: stale: {line}")
+            status = 1
+    if status == 0:
+        print("every record's claims match README.md and config/")
+    return status
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--mirror", type=Path, default=os.environ.get("TRANSFORMER_NMT_MIRROR") or None,
+        help="the data mirror (<mirror>/multi30k/...; default $TRANSFORMER_NMT_MIRROR, else "
+        "the datasets' URLs)",
+    )  # fmt: skip
+    parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--list", action="store_true", help="print the long comparisons")
+    args = parser.parse_args()
+    if args.list:
+        for what, duration, command in LONG:
+            print(f"{what} ({duration} on 2 cores):\n  {command}")
+        return 0
+    if ("ct2" in args.only) and "demo" not in args.only:
+        parser.error("--only ct2 decodes the demo's model: give demo too")
+    info = machine()
+    key = machine_key(info)
+    print(f"machine: {info['cpu']} ({' '.join(info['flags'])}), {info['cores']} cores -> "
+          f"records *_{key}; commit {info['commit']}", flush=True)  # fmt: skip
+    written = []
+    mirror = args.mirror.resolve() if args.mirror else None
+    with tempfile.TemporaryDirectory(prefix="bench_quick_") as tmp:
+        root = Path(tmp)
+        if "demo" in args.only:
+            (root / "demo").mkdir()
+            demo = run_demo(mirror, root / "demo")
+            write_record(f"demo_{key}", demo, info)
+            written.append(f"demo_{key}")
+            if "ct2" in args.only:
+                write_record(f"ct2_best_{key}", run_ct2(demo["model"], root), info)
+                written.append(f"ct2_best_{key}")
+        if "peer" in args.only:
+            peer = run_peer(root, mirror)
+            if peer is not None:
+                write_record(f"peer_training_{key}", peer, info)
+                written.append(f"peer_training_{key}")
+    return report_claims(written)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
