@@ -73,8 +73,11 @@ CPU_AUTO_PRECISION: dict[str, tuple[str, str]] = {
     ),
     "avx512_bf16": (
         "32-true",
-        "AVX512-BF16 without AMX: bf16-mixed trained the demo 1.14x faster at twice the peak "
-        "memory (benchmarks/bench_shapes.py, 2-core EPYC, 2026-11-25)",
+        "AVX512-BF16 without AMX: bf16-mixed trains the demo 1.3x faster (real target "
+        "tokens/s, widths rounded to 8) and, given the same minutes (2,400 steps against "
+        "1,600), scored +0.8 dev BLEU (one seed); fp32 stays: the demo's steps are sized "
+        "for fp32 on every CPU, and a config cannot yet size them by precision (2-core "
+        "EPYC, 2026-11-26, benchmarks/RESULTS.md)",
     ),
     "none": (
         "32-true",
