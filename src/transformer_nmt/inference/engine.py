@@ -8,12 +8,11 @@ An engine (``translator.Translator``: our PyTorch model and ``search.beam_search
   ``search.Hypothesis`` list, best first;
 - ``decode(tokens)``: target ids back to text;
 
-and may override ``search_batches`` (an engine that runs several batches at once: CTranslate2
-with ``inter_threads``),
-
-and ``TranslationEngine`` turns them into ``translate`` / ``translate_nbest`` over lines of text,
-with one batching rule (``token_batches``), input order kept and empty lines answered without
-running the model. The engines import this module; nothing here imports an engine.
+(an engine that runs several batches at once, CTranslate2 with ``inter_threads``, also overrides
+``search_batches``), and ``TranslationEngine`` turns them into ``translate`` /
+``translate_nbest`` over lines of text, with one batching rule (``token_batches``), input order
+kept and empty lines answered without running the model. The engines import this module;
+nothing here imports an engine.
 """
 
 from __future__ import annotations
