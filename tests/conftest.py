@@ -67,13 +67,29 @@ def wait_for_health(url: str, server: subprocess.Popen, log: Path, seconds: floa
         time.sleep(1)
 
 
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """torch's intra-op threads set to ``n`` for the block, then restored."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def one_torch_thread():
     """Tiny models on a shared 2-core machine: more threads only spin against each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
+
+
+@pytest.fixture
+def two_torch_threads():
+    """Two intra-op threads (the CI machine's cores), whatever the machine has."""
+    with torch_threads(2):
+        yield
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -8,12 +8,14 @@ import os
 import random
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from transformer_nmt import fast_paths
 from transformer_nmt.cli import main
 from transformer_nmt.data.spm import train_spm
 from transformer_nmt.data.vocab import PAD_ID, load_vocab_info
@@ -115,6 +117,50 @@ def test_batching_restores_input_order_and_round_trips_text(
     for src in seen_batches:
         assert src.numel() <= 64 or src.shape[0] == 1
     assert sum(src.shape[0] for src in seen_batches) == len(lines) - 1
+
+
+@pytest.mark.parametrize("switch", ["on", "off"])
+def test_batches_run_two_at_a_time_on_one_thread_each_with_two_threads(
+    assets: dict[str, Path], monkeypatch: pytest.MonkeyPatch, two_torch_threads, switch: str
+) -> None:
+    """Fast path ``parallel_batches``: with 2 torch threads on a CPU, batches are searched by two
+    workers on one thread each (off: one at a time, on both threads, in the caller's thread);
+    either way every line comes back in order, and the thread count is restored."""
+    monkeypatch.setenv(fast_paths.ENV, switch)
+    seen: list[tuple[int, int]] = []  # (thread, torch threads) per batch
+
+    def copy_search(model, src, *, bos_id, eos_id, pad_id, **kwargs):  # noqa: ANN001
+        seen.append((threading.get_ident(), torch.get_num_threads()))
+        rows = [[t for t in row if t not in (pad_id, eos_id)] for row in src.tolist()]
+        return [[Hypothesis(tokens=r, score=-1.0, log_prob=-1.0)] for r in rows]
+
+    monkeypatch.setattr(translation, "beam_search", copy_search)
+    lines = _sentences(120, seed=6)
+    translator = Translator(assets["model"], assets["spm"], SearchSettings(max_tokens=64))
+    done: list[int] = []
+    assert [r[0][0] for r in translator.translate_nbest(lines, progress=done.append)] == lines
+    assert sum(done) == len(lines) and len(seen) > 5
+    assert torch.get_num_threads() == 2
+    caller = threading.get_ident()
+    if switch == "on":
+        assert {n for _, n in seen} == {1} and caller not in {t for t, _ in seen}
+    else:
+        assert seen == [(caller, 2)] * len(seen)
+
+
+def test_real_model_parallel_batches_equal_one_batch_at_a_time(
+    assets: dict[str, Path], monkeypatch: pytest.MonkeyPatch, two_torch_threads
+) -> None:
+    lines = _sentences(24, seed=10)
+    settings = SearchSettings(max_tokens=48, beam=3, max_len_b=8)  # short: a random model
+    outputs = []
+    for switch in ("on", "off"):
+        monkeypatch.setenv(fast_paths.ENV, switch)
+        outputs.append(Translator(assets["model"], assets["spm"], settings).translate_nbest(lines))
+    (parallel, one_at_a_time) = outputs
+    assert [r[0][0] for r in parallel] == [r[0][0] for r in one_at_a_time]
+    for a, b in zip(parallel, one_at_a_time, strict=True):
+        assert a[0][1] == pytest.approx(b[0][1], abs=1e-4)
 
 
 def test_real_model_batched_equals_one_by_one(assets: dict[str, Path]) -> None:

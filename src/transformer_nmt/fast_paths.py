@@ -3,7 +3,8 @@ default, and the one switch that turns them off to compare (config ``cpu_fast_pa
 ``--cpu-fast-paths``, environment ``TRANSFORMER_NMT_CPU_FAST_PATHS``).
 
 Each gives the same results as the plain path: exactly (``row_topk``'s values, the allocator),
-up to rounding (the explicit attention product), or in distribution (the dropout mask, a
+up to rounding (the explicit attention product; ``parallel_batches``, whose one-thread GEMMs
+may round differently from multi-threaded ones), or in distribution (the dropout mask, a
 different draw of the same Bernoulli mask). Each one's measured gain and the command behind it
 are in config/README.md's departures table.
 
@@ -13,6 +14,9 @@ are in config/README.md's departures table.
 - ``explicit_attention``: eq. 1 as written, softmax in float32, instead of SDPA on a CPU in
   bf16/fp16 (``model.attention``).
 - ``row_topk``: beam search's per-row top-k by blocks of columns (``search.topk.row_topk``).
+- ``parallel_batches``: the torch engine decodes as many batches at once as torch has threads,
+  each on one thread, instead of one batch at a time on all of them
+  (``inference.translator.Translator.search_batches``).
 
 The switch is the process's environment, so that the processes a run starts (DDP ranks,
 DataLoader workers) follow it: ``on`` (the default), ``off``, or a comma-separated list of the
@@ -27,7 +31,7 @@ import os
 from transformer_nmt.errors import ConfigError
 
 ENV = "TRANSFORMER_NMT_CPU_FAST_PATHS"
-FAST_PATHS = ("allocator", "dropout_mask", "explicit_attention", "row_topk")
+FAST_PATHS = ("allocator", "dropout_mask", "explicit_attention", "row_topk", "parallel_batches")
 
 
 @functools.lru_cache(maxsize=16)
