@@ -268,7 +268,7 @@ class Ct2Translator(TranslationEngine):
         """``threads``: intra-op threads per batch; ``inter_threads``: batches run at once, each
         on ``threads`` threads (CTranslate2's parallel.md). Neither given: on a CPU, torch's
         thread count as that many one-thread workers (CTranslate2's fastest split of two threads
-        over a test set's batches: 1.35x one two-thread worker in float32, 1.77x in int8, on a
+        over a test set's batches: 1.3x one two-thread worker in float32, 1.6x in int8, on a
         2-core EPYC; benchmarks/records/ct2_best_epyc.json), elsewhere one worker.
         ``compute_type``: CTranslate2's (``default`` = the export's weights, or e.g.
         ``int8_float32``, which it converts to when loading)."""
