@@ -18,7 +18,13 @@ utilisation:
 
 (the 6 = 2 forward + 4 backward per multiply-add; attention scores and weighted sums counted
 in full, causal masking not subtracted). GPU peak: ``--peak-tflops`` or 989 TFLOP/s for
-H100/H200 SXM dense bf16. CPU peak: no data sheet number fits a shared VM's vCPUs, so the
+H100/H200 SXM dense bf16. On a GPU the micro-batch is by default the one ``max_tokens: auto``
+chooses there for the preset's WMT14 EN-DE recipe (``config/experiments/wmt14_en_de_<preset>``:
+``preflight.size_max_tokens``, as the train job sizes it), each row gives the estimated peak
+memory of its batch shape (``memory.estimate_peak_bytes``) beside the measured one, and one
+profiled step names the attention kernels SDPA ran (flash, memory-efficient, cuDNN or math).
+
+CPU peak: no data sheet number fits a shared VM's vCPUs, so the
 script measures it: the best of several timed ``torch.mm`` of 2048 x 2048 matrices in the
 row's dtype with the same threads, i.e. what this machine's GEMM library reaches at best. A CPU
 MFU near 100 % means the step is bound by the GEMMs' arithmetic, and no reordering of the same
@@ -51,6 +57,7 @@ from transformer_nmt.training.objective import (
 )
 
 OUT = Path(__file__).resolve().parent / "out" / "training.json"
+REPO = Path(__file__).resolve().parent.parent
 
 
 # preset -> (vocabulary size, sentence length L per side)
@@ -157,12 +164,75 @@ def bench(
     }
     if device == "cuda":
         row["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        row["estimated_peak_gib"] = estimated_peak_gib(
+            preset, batch, length, "bf16-mixed" if bf16 else "32-true"
+        )
+        row["attention"] = attention_kernels(step)
     flops = model_flops_per_step(model, batch, length, length)
     row["model_tflops_per_s"] = flops / seconds / 1e12
     if peak_tflops:
         row["peak_tflops"] = peak_tflops
         row["mfu"] = flops / seconds / (peak_tflops * 1e12)
     return row
+
+
+def recipe_auto_max_tokens(preset: str) -> tuple[int, str]:
+    """``max_tokens: auto`` of the preset's WMT14 EN-DE recipe on this process's GPU, as the
+    train job sizes it (``training.run.resolve_run``), and the recipe it came from."""
+    from transformer_nmt.experiments import load_pipeline
+    from transformer_nmt.model.config import model_config_from_spec
+    from transformer_nmt.training.config import TrainConfig
+    from transformer_nmt.training.preflight import size_max_tokens, this_device
+
+    recipe = REPO / "config" / "experiments" / f"wmt14_en_de_{preset}.yaml"
+    pipeline = load_pipeline(recipe)
+    (name,) = pipeline.experiments()
+    exp, spec = pipeline.experiment(name), pipeline.train_config(name)
+    train_cfg = TrainConfig.from_dict(spec["train"])
+    vocab = int(pipeline.data_settings(exp["dataset"], exp["pair"])["vocab_size"])
+    _, target = this_device("gpu", 0, 1)
+    plan = size_max_tokens(
+        model_config_from_spec(spec["model"]), train_cfg, vocab, "bf16-mixed", target
+    )
+    if not plan.fits:
+        raise SystemExit(f"{recipe}: max_tokens auto finds no batch that fits {target}")
+    return plan.max_tokens, str(recipe.relative_to(REPO))
+
+
+def estimated_peak_gib(preset: str, batch: int, length: int, precision: str) -> float:
+    """The analytic peak memory of a ``batch`` x ``length`` step (``memory.estimate_peak_bytes``:
+    what ``plan`` and ``max_tokens: auto`` rely on where nothing is measured)."""
+    from transformer_nmt.training.memory import estimate_peak_bytes
+
+    vocab, _ = SHAPES[preset]
+    estimate = estimate_peak_bytes(get_preset(preset), vocab, batch, length, precision)
+    return estimate.total / 2**30
+
+
+ATTENTION_KERNEL_MARKS = ("flash", "fmha", "efficient_attention", "attention", "sdpa", "softmax")
+
+
+def attention_kernels(step: Callable[[], None]) -> dict:
+    """One profiled step on CUDA: the GPU time (ms) of each kernel whose name marks it as
+    attention (SDPA's flash / memory-efficient / cuDNN kernels, or a math path's softmax), and
+    the step's total GPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    kernels: dict[str, float] = {}
+    total = 0.0
+    for event in prof.key_averages():
+        ms = getattr(event, "device_time_total", None)
+        ms = (ms if ms is not None else event.cuda_time_total) / 1e3
+        if event.device_type.name != "CUDA":
+            continue
+        total += ms
+        if any(mark in event.key.lower() for mark in ATTENTION_KERNEL_MARKS):
+            kernels[event.key[:160]] = round(ms, 3)
+    flash = any("flash" in name.lower() for name in kernels)
+    return {"kernels_ms": kernels, "gpu_ms_total": round(total, 3), "flash_called": flash}
 
 
 def cpu_has_bf16() -> bool | None:
@@ -187,7 +257,12 @@ def main() -> None:
     parser.add_argument("--presets", nargs="+", default=["tiny", "base"], help="CPU presets")
     parser.add_argument("--gpu-presets", nargs="+", default=["base", "big"])
     parser.add_argument("--cpu-max-tokens", type=int, default=4096)
-    parser.add_argument("--gpu-max-tokens", type=int, default=25_000)
+    parser.add_argument(
+        "--gpu-max-tokens",
+        default="auto",
+        help="target tokens per GPU step; auto (default): what max_tokens: auto chooses on this "
+        "GPU for the preset's WMT14 EN-DE recipe",
+    )
     parser.add_argument("--steps", type=int, default=5, help="measured steps (CPU)")
     parser.add_argument("--gpu-steps", type=int, default=20)
     parser.add_argument(
@@ -237,17 +312,23 @@ def main() -> None:
     if torch.cuda.is_available():
         peak = args.peak_tflops or detect_peak_tflops()
         for preset in args.gpu_presets:
+            if args.gpu_max_tokens == "auto":
+                max_tokens, sized_by = recipe_auto_max_tokens(preset)
+            else:
+                max_tokens, sized_by = int(args.gpu_max_tokens), "--gpu-max-tokens"
+            print(f"{preset}: {max_tokens} target tokens per step ({sized_by})", flush=True)
             rows.append(
                 bench(
                     preset,
                     device="cuda",
                     bf16=True,
-                    max_tokens=args.gpu_max_tokens,
+                    max_tokens=max_tokens,
                     steps=args.gpu_steps,
                     warmup_steps=3,
                     peak_tflops=peak,
                     compile_model=args.compile,
                 )
+                | {"max_tokens_from": sized_by}
             )
 
     header = f"{'preset':<6} {'device':<6} {'precision':<10} {'batch':>6} {'s/step':>8} "
@@ -255,12 +336,21 @@ def main() -> None:
     print(header)
     for r in rows:
         mem = f"{r['peak_memory_gib']:.2f}" if "peak_memory_gib" in r else "-"
+        if "estimated_peak_gib" in r:
+            mem += f" (est {r['estimated_peak_gib']:.2f})"
         mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "-"
         print(
             f"{r['preset']:<6} {r['device']:<6} {r['precision']:<10} "
             f"{r['tgt_tokens_per_step']:>6} {r['seconds_per_step']:>8.3f} "
             f"{r['tgt_tokens_per_s']:>11.0f} {r['model_tflops_per_s']:>8.3f} {mem:>9} {mfu:>6}"
         )
+        if "attention" in r:
+            att = r["attention"]
+            share = sum(att["kernels_ms"].values()) / max(att["gpu_ms_total"], 1e-9)
+            print(
+                f"  attention kernels ({100 * share:.0f}% of the step's GPU time; flash called: "
+                f"{att['flash_called']}): {', '.join(att['kernels_ms'])}"
+            )
     for dtype, peak in cpu_peaks.items():
         print(
             f"CPU peak (measured {dtype} GEMM, 2048^3, {torch.get_num_threads()} threads): "

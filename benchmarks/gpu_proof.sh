@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# The first measured run on a GPU (issue 38), as one script: each step has its own time limit,
+# writes its figures under OUT, and a failing step does not stop the next. Steps, most valuable
+# first:
+#   1. bench_training.py: base and big, bf16, the micro-batch max_tokens: auto chooses on this
+#      GPU (target tokens/s, MFU, peak memory beside the estimate, SDPA's attention kernels);
+#      then `plan` on the WMT14 EN-DE recipes, measured on this GPU and estimate-only
+#   2. the test suite's gpu and fast tests with CUDA visible (pytest -m "gpu or not slow")
+#   3. config/experiments/multi30k_en_de_base.yaml through snakemake --profile profiles/gpu,
+#      max_steps cut (MAX_STEPS), MLflow on: BLEU, stage wall times, what auto chose
+#   4. bench_gpu_decoding.py: beam-4 decoding of test_2016_flickr at growing batch sizes
+#   5. if time is left: step 1's big in torch.compile
+#
+#   bash benchmarks/gpu_proof.sh           # on the GPU machine (OUT: where results go)
+#   bash benchmarks/gpu_proof.sh --shrink  # on a CPU: every step tiny, to check the script
+#
+# Needs what the GPU machine lacks beside this checkout, in .gpu_carry/ (git-ignored):
+#   site.tgz  snakemake, MLflow and their dependencies unpacked for its Python (a folder
+#             gpusite/), mirror/multi30k/  the Multi30k raw files (data_mirror), demo/  a small
+#             trained model for step 4 should step 3 fail, commit  the checkout's commit
+set -u
+SHRINK=0
+[ "${1:-}" = "--shrink" ] && SHRINK=1
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+OUT=${OUT:-$REPO/benchmarks/out/gpu_proof}
+mkdir -p "$OUT"
+CARRY=$REPO/.gpu_carry
+START=$(date +%s)
+LOG=$OUT/proof.log
+rm -f /tmp/gpu_proof_steps.txt
+exec > >(tee -a "$LOG") 2>&1
+
+say() { echo "== [$(( $(date +%s) - START )) s] $*"; }
+# step NAME LIMIT_S COMMAND...: run with a time limit, log its status, never stop the script
+step() {
+    local name=$1 limit=$2
+    shift 2
+    say "$name (limit ${limit}s): $*"
+    local t0=$(date +%s)
+    timeout -s INT -k 10 "$limit" "$@"
+    local rc=$?
+    say "$name: rc=$rc in $(( $(date +%s) - t0 )) s"
+    echo "$name rc=$rc seconds=$(( $(date +%s) - t0 ))" >> /tmp/gpu_proof_steps.txt
+}
+
+# --- the environment: the carried packages, `python` and `snakemake` on PATH -----------------
+if [ -f "$CARRY/site.tgz" ] && [ "$SHRINK" = 0 ]; then
+    tar xzf "$CARRY/site.tgz" -C /tmp && export PYTHONPATH=/tmp/gpusite:$REPO/src
+else
+    export PYTHONPATH=$REPO/src
+fi
+rm -rf /tmp/gpubin && mkdir -p /tmp/gpubin  # fresh files: never write through an old link
+PY=
+for candidate in python python3; do  # the interpreter that has torch
+    command -v $candidate > /dev/null && $candidate -c "import torch" 2> /dev/null &&
+        PY=$(command -v $candidate) && break
+done
+# wrappers, not links: a link to a virtual environment's python loses the environment
+printf '#!/bin/sh\nexec %s "$@"\n' "$PY" > /tmp/gpubin/python
+printf '#!/bin/sh\nexec %s -m snakemake "$@"\n' "$PY" > /tmp/gpubin/snakemake
+printf '#!/bin/sh\nexec %s -m mlflow "$@"\n' "$PY" > /tmp/gpubin/mlflow
+chmod +x /tmp/gpubin/python /tmp/gpubin/snakemake /tmp/gpubin/mlflow
+export PATH=/tmp/gpubin:$PATH PYTHONUNBUFFERED=1
+export TRANSFORMER_NMT_TEST_MIRROR=$CARRY/mirror
+{
+    echo "commit: $(cat "$CARRY/commit" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)"
+    date -u
+    nvidia-smi 2>&1 | head -15
+    lscpu | grep -E 'Model name|^CPU\(s\)'
+    python -c "import torch, lightning, snakemake, mlflow, sentencepiece, sacrebleu, sys
+print(sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda,
+      'lightning', lightning.__version__, 'snakemake', snakemake.__version__,
+      'mlflow', mlflow.__version__, 'sacrebleu', sacrebleu.__version__)
+print('device', torch.cuda.get_device_name() if torch.cuda.is_available() else 'none')"
+} 2>&1
+
+# --- 1. training speed and memory; plan on the recipes -----------------------------------------
+if [ "$SHRINK" = 1 ]; then
+    step bench_training 300 python benchmarks/bench_training.py --presets tiny --steps 1 \
+        --out "$OUT/training.json"
+else
+    step bench_training 110 python benchmarks/bench_training.py --skip-cpu \
+        --gpu-presets base big --gpu-steps 20 --out "$OUT/training.json"
+fi
+for recipe in wmt14_en_de_base wmt14_en_de_big; do
+    for mode in measured estimate-only; do
+        flag=$([ "$mode" = estimate-only ] && echo --estimate-only)
+        step "plan_${recipe}_$mode" 45 python -m transformer_nmt plan \
+            --configfile "config/experiments/$recipe.yaml" $flag
+    done
+done > "$OUT/plan.txt" 2>&1
+tail -n 40 "$OUT/plan.txt"
+
+# --- 2. the tests with CUDA visible -------------------------------------------------------------
+if [ "$SHRINK" = 1 ]; then
+    step pytest 300 python -m pytest -q -x -p no:cacheprovider tests/test_model_gpu.py \
+        > "$OUT/pytest.log" 2>&1
+else
+    step pytest 100 python -m pytest -m "gpu or not slow" -q -rfE -p no:cacheprovider \
+        -n 14 --timeout 90 > "$OUT/pytest.log" 2>&1
+fi
+tail -n 30 "$OUT/pytest.log"
+
+# --- 3. the Multi30k base recipe through the GPU profile ---------------------------------------
+MAX_STEPS=${MAX_STEPS:-$([ "$SHRINK" = 1 ] && echo 20 || echo 1500)}
+EVERY=$([ "$SHRINK" = 1 ] && echo 10 || echo 500)
+cat > /tmp/gpu_proof_overlay.yaml <<EOF
+# benchmarks/gpu_proof.sh: the recipe with max_steps cut to fit the GPU's lease
+experiments:
+  multi30k_en_de_base:
+    train:
+      max_steps: $MAX_STEPS
+      checkpoint_every_steps: $EVERY
+      val_every_steps: $EVERY
+      val_beam_bleu_every_steps: $EVERY
+EOF
+DAG=/tmp/gpu_proof_dag
+rm -rf "$DAG" && mkdir -p "$DAG"
+PROFILE=profiles/gpu
+if [ "$SHRINK" = 1 ]; then
+    sed 's/accelerator: gpu/accelerator: cpu/; s/precision: auto/precision: 32-true/' \
+        config/experiments/multi30k_en_de_base.yaml > /tmp/gpu_proof_recipe.yaml
+    sed -i 's/preset: base/preset: tiny/' /tmp/gpu_proof_recipe.yaml
+    PROFILE=profiles/default
+else
+    cp config/experiments/multi30k_en_de_base.yaml /tmp/gpu_proof_recipe.yaml
+fi
+step snakemake_multi30k_base $([ "$SHRINK" = 1 ] && echo 900 || echo 230) \
+    snakemake -d "$DAG" -s "$REPO/Snakefile" --profile "$REPO/$PROFILE" \
+    --configfile /tmp/gpu_proof_recipe.yaml /tmp/gpu_proof_overlay.yaml \
+    --config data_mirror="$CARRY/mirror" > "$DAG/dag.log" 2>&1
+tail -n 25 "$DAG/dag.log"
+(cd "$DAG" && tar czf "$OUT/dag.tgz" --exclude='*.ckpt' --exclude='*.pt' --exclude='*.bin' \
+    --exclude='*.idx' dag.log results logs mlflow.db .snakemake/log 2>/dev/null)
+cat "$DAG"/results/runs/multi30k_en_de_base/test_2016_flickr.scores.json 2>/dev/null
+
+# --- 4. decoding on the GPU ---------------------------------------------------------------------
+RUN=$DAG/results/runs/multi30k_en_de_base
+DATA=$DAG/results/data/multi30k/en-de
+MODEL=$RUN/averaged.pt SPM=$DAG/results/spm/multi30k/en-de/spm.model
+if [ ! -f "$MODEL" ]; then  # step 3 failed: the carried demo model
+    MODEL=$CARRY/demo/averaged.pt SPM=$CARRY/demo/spm.model DATA=$CARRY/demo
+fi
+SIZES=$([ "$SHRINK" = 1 ] && echo "512 4096" || echo "4096 16384 65536")
+step gpu_decoding $([ "$SHRINK" = 1 ] && echo 300 || echo 60) \
+    python benchmarks/bench_gpu_decoding.py --model "$MODEL" --spm-model "$SPM" \
+    --source "$DATA/test_2016_flickr.en" --reference "$DATA/test_2016_flickr.de" \
+    --max-tokens $SIZES --runs 3 --device "$([ "$SHRINK" = 1 ] && echo cpu || echo cuda)" \
+    --out "$OUT/gpu_decoding.json"
+
+# --- 5. if time is left: big in torch.compile ---------------------------------------------------
+if [ "$SHRINK" = 0 ] && [ $(( $(date +%s) - START )) -lt 400 ]; then
+    step bench_training_compiled 100 python benchmarks/bench_training.py --skip-cpu \
+        --gpu-presets big --gpu-steps 20 --compile --out "$OUT/training_compiled.json"
+fi
+say "done"
+cat /tmp/gpu_proof_steps.txt
