@@ -22,7 +22,11 @@ from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.training import hardware
 from transformer_nmt.training import preflight as pf
 from transformer_nmt.training.config import TrainConfig
-from transformer_nmt.training.objective import build_optimizer, label_smoothed_cross_entropy
+from transformer_nmt.training.objective import (
+    GPU_LOSS_ROWS,
+    build_optimizer,
+    label_smoothed_cross_entropy,
+)
 
 # the starter config for a user's own corpus names files the user brings: tests/test_local_data.py
 RECIPES = sorted(
@@ -116,28 +120,34 @@ def test_wmt14_base_accumulation_by_hand(
     assert cells[12] == f"{100_000 / steps_per_hour * gpus:,.1f}"
 
 
-@pytest.mark.parametrize(("gpus", "kind"), [(1, "h100"), (8, "h100"), (1, "v100"), (8, "a100")])
+@pytest.mark.parametrize(
+    ("gpus", "kind", "preset"),
+    [(1, "h100", "base"), (8, "h100", "base"), (1, "v100", "big"), (8, "a100", "base")],
+)
 def test_max_tokens_auto_fills_the_memory_or_the_devices_share_of_an_update(
-    gpus: int, kind: str, capsys: pytest.CaptureFixture[str]
+    gpus: int, kind: str, preset: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The WMT recipes' ``max_tokens: auto``: the largest size (in AUTO_STEP steps) whose
     estimated worst batch fits AUTO_MARGIN of the usable memory, at most the device's share of
     25,000 tokens; accumulation fills the rest of the §5.1 update."""
+    recipe = REPO_ROOT / "config" / "experiments" / f"wmt14_en_de_{preset}.yaml"
+    name = f"wmt14_en_de_{preset}"
     code, out, _ = _plan(
-        capsys, "--configfile", str(RECIPE), "--gpus", str(gpus), "--gpu-kind", kind,
+        capsys, "--configfile", str(recipe), "--gpus", str(gpus), "--gpu-kind", kind,
         "--estimate-only",
     )  # fmt: skip
     assert code == 0
-    cells = _rows(out)["wmt14_en_de_base"]
+    cells = _rows(out)[name]
     chosen = int(cells[3].removeprefix("auto: ").replace(",", ""))
     share = -(-25_000 // gpus)
-    train = TrainConfig.from_dict(yaml.safe_load(RECIPE.read_text())["experiments"][
-        "wmt14_en_de_base"]["train"])  # fmt: skip
+    experiment = yaml.safe_load(recipe.read_text())["experiments"][name]
+    train = TrainConfig.from_dict(experiment["train"])
+    model = apply_overrides(get_preset(preset), experiment.get("model_overrides") or {})
     budget = pf.GPU_KINDS[kind].memory_gib * pf.GIB * pf.USABLE_FRACTION * pf.AUTO_MARGIN
 
     def peak(max_tokens: int) -> int:
         cfg = dataclasses.replace(train, max_tokens=max_tokens)
-        return pf.worst_batch(ModelConfig(), cfg, 37000, cells[2])[2].total
+        return pf.worst_batch(model, cfg, 37000, cells[2])[2].total
 
     assert chosen % pf.AUTO_STEP == 0 and chosen <= share and peak(chosen) <= budget
     # nothing larger would do: the next step overshoots the share or the memory
@@ -145,7 +155,7 @@ def test_max_tokens_auto_fills_the_memory_or_the_devices_share_of_an_update(
     assert cells[9] == "yes"
     accumulation = max(1, round(25_000 / (chosen * gpus)))
     assert cells[5] == f"{gpus} {kind} x {accumulation}"
-    if kind == "v100":  # 16 GiB: memory decides, fp16 (no bf16 on a V100)
+    if kind == "v100":  # big on 16 GiB: memory decides, fp16 (no bf16 on a V100)
         assert chosen + pf.AUTO_STEP <= share and cells[2] == "16-mixed"
 
 
@@ -330,6 +340,36 @@ def test_activation_estimate_matches_the_tensors_saved_for_backward(cfg, one_tor
     est = pf.estimate_peak_bytes(cfg, vocab, batch, width, "32-true")
     ratio = (est.activations + batch * width * vocab * 4) / sum(saved.values())
     assert 0.8 <= ratio <= 1.5, ratio  # the estimate adds backward's per-layer gradients
+
+
+@pytest.mark.parametrize(
+    ("dtype", "precision"), [(torch.float32, "32-true"), (torch.bfloat16, "bf16-mixed")]
+)
+def test_loss_estimate_is_the_logits_the_loss_keeps_their_gradient_and_its_buffer(
+    dtype: torch.dtype, precision: str
+) -> None:
+    """The loss keeps only the logits for backward (in their own dtype: no float32
+    log-probabilities) and writes their gradient once; the estimate's loss term is those two
+    and the float32 chunk buffer. On an H200 the former count (four float32 copies) put base's
+    estimate at 1.95x its measured peak (benchmarks/RESULTS.md, issue 38)."""
+    vocab, tokens = 300, 64
+    logits = torch.randn(1, tokens, vocab, dtype=dtype, requires_grad=True)
+    target = torch.randint(4, vocab, (1, tokens))
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.numel() >= tokens * vocab:  # the [tokens x vocab] tensors, not lse or targets
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = label_smoothed_cross_entropy(logits, target).loss
+    loss.backward()
+    assert logits.grad is not None
+    gradient = logits.grad.numel() * logits.grad.element_size()
+    buffer = min(GPU_LOSS_ROWS, tokens) * vocab * 4
+    estimate = pf.estimate_peak_bytes(SMALL, vocab, 1, tokens, precision)
+    assert estimate.loss == sum(saved.values()) + gradient + buffer
 
 
 @pytest.mark.gpu

@@ -17,6 +17,7 @@ from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import count_parameters_of
 from transformer_nmt.training.config import TrainConfig
 from transformer_nmt.training.hardware import USABLE_FRACTION
+from transformer_nmt.training.objective import GPU_LOSS_ROWS
 
 # --- shapes --------------------------------------------------------------------------------
 
@@ -39,7 +40,7 @@ class MemoryEstimate:
 
     weights_and_optimizer: int  # fp32 weights + gradients + Adam m, v (+ bf16 weight copies)
     activations: int  # what the encoder/decoder layers save for backward
-    loss: int  # [tokens x vocab] logits, log-probabilities and their gradients
+    loss: int  # the [tokens x vocab] logits, their gradient and the loss's chunk buffer
 
     @property
     def total(self) -> int:
@@ -84,10 +85,13 @@ def estimate_peak_bytes(
     final = tokens * d * act  # the decoder output the pre-softmax projection reads
     # Backward also holds the gradients of the layer it is in: one decoder layer's worth more.
     activations = cfg.N * (encoder_layer + decoder_layer) + decoder_layer + embeddings + final
-    # The loss runs in fp32 (objective.py): the log-probabilities stay for backward; at the
-    # start of backward their gradient (two, from the NLL and the smoothing term) and the
-    # logits' gradient join them: four [tokens x vocab] fp32 tensors at the peak.
-    loss = 4 * tokens * vocab_size * 4
+    # The loss (objective._SmoothedCrossEntropy) keeps only the logits for backward, in the
+    # projection's dtype, and writes their gradient once: two [tokens x vocab] tensors at the
+    # peak, plus one float32 buffer of GPU_LOSS_ROWS rows that its chunks reuse (the larger of
+    # the devices' row counts). Counting four fp32 copies (autograd through log_softmax) put
+    # the estimate at 1.95x / 1.59x the peak measured on an H200 for base / big at 24,948
+    # tokens; this count is within 2% / 5% of it (benchmarks/RESULTS.md, issue 38).
+    loss = 2 * tokens * vocab_size * act + min(GPU_LOSS_ROWS, tokens) * vocab_size * 4
     return MemoryEstimate(static, activations, loss)
 
 
