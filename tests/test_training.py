@@ -578,6 +578,32 @@ def test_a_resumed_job_without_validation_still_reports_the_last_one(
     assert second["val/step"] == 10
 
 
+def test_a_job_killed_before_its_final_validation_validates_the_last_checkpoint_on_rerun(
+    corpus: dict[str, Path], tmp_path: Path
+) -> None:
+    """Lightning saves step N's checkpoint before step N's validation: a job killed between
+    the two is at max_steps on rerun, and reports the final model's validation, not an older
+    one (or none)."""
+    run = tmp_path / "run"
+    argv = train_argv(corpus, run, max_steps=10, val_every_steps=5, checkpoint_every_steps=5)
+    assert main(argv) == 0
+    final = json.loads((run / "train_summary.json").read_text())["metrics"]
+    assert final["val/step"] == 10
+    # the kill: not finished, no summary, and the last validation kept is step 5's
+    (run / "train_summary.json").unlink()
+    (run / "checkpoints" / "finished.json").unlink()
+    last = run / "checkpoints" / "last_validation.json"
+    last.write_text(json.dumps({"step": 5, "metrics": {"val/loss": 99.0}}))
+    assert main(argv) == 0
+    summary = json.loads((run / "train_summary.json").read_text())
+    assert summary["trained_this_job"] is False and summary["final_step"] == 10
+    metrics = summary["metrics"]
+    assert metrics["val/step"] == 10
+    for key in ("val/loss", "val/nll", "val/ppl"):  # the same weights, the same dev set
+        assert metrics[key] == pytest.approx(final[key], rel=1e-5), key
+    assert json.loads(last.read_text())["step"] == 10
+
+
 def test_a_forced_rerun_of_a_finished_run_trains_again(
     corpus: dict[str, Path], tmp_path: Path
 ) -> None:

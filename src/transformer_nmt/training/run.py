@@ -35,6 +35,7 @@ from transformer_nmt.training.callbacks import (
     Throughput,
     TrainingStopped,
     read_last_validation,
+    write_last_validation,
 )
 from transformer_nmt.training.cluster import local_rank
 from transformer_nmt.training.config import TrainConfig
@@ -57,7 +58,7 @@ from transformer_nmt.training.resume import (
     prune_checkpoints,
     start_point,
 )
-from transformer_nmt.training.trainer import build_trainer
+from transformer_nmt.training.trainer import build_trainer, build_validation_trainer
 
 if TYPE_CHECKING:
     from transformer_nmt.tracking import StageRun
@@ -256,8 +257,33 @@ def train_run(
         "mlflow_points_lost": 0 if tracker is not None else None,
     }
     summary_path = run_dir / SUMMARY_FILE
+
+    def new_module() -> TranslationModule:
+        return TranslationModule(
+            model_cfg.to_dict(),
+            vocab.to_dict(),
+            train_cfg.to_dict(),
+            spm_model=str(data.spm_model),
+            valid_split=data.valid_split,
+        )
+
     if resume.step >= train_cfg.max_steps:
         log.info("%s is at max_steps=%d: only writing the summary", resume.path, resume.step)
+        metrics = _previous_metrics(summary_path)
+        if not metrics and _validation_metrics(ckpt_dir).get("val/step") != resume.step:
+            # Killed after the last step's checkpoint, before that step's validation (Lightning
+            # saves first): validate its weights now, so the summary reports the final model.
+            trainer = build_validation_trainer(train_cfg, resolved=resolved)
+            (measured,) = trainer.validate(
+                new_module(), datamodule=datamodule, ckpt_path=resume.path, weights_only=True,
+                verbose=False,
+            )  # fmt: skip
+            if rank_zero_only.rank == 0:
+                val = {k: float(v) for k, v in measured.items() if k.startswith("val/")}
+                write_last_validation(ckpt_dir, resume.step, val)
+                if tracker is not None:
+                    tracker.log_metrics(val, step=resume.step)
+                log.info("validated %s: %s", resume.path.name, _format_metrics(val))
         if rank_zero_only.rank != 0:
             return None
         summary.update(
@@ -265,7 +291,7 @@ def train_run(
             checkpoints=[p.name for p in resume.checkpoints],
             trained_this_job=False,
             wall_seconds=time.monotonic() - started,
-            metrics=_previous_metrics(summary_path) or _validation_metrics(ckpt_dir),
+            metrics=metrics or _validation_metrics(ckpt_dir),
         )
         write_json(summary_path, summary)
         return summary
@@ -275,13 +301,7 @@ def train_run(
         log.info("no checkpoint in %s: starting at step 0", ckpt_dir)
 
     L.seed_everything(train_cfg.seed, workers=True, verbose=False)
-    module = TranslationModule(
-        model_cfg.to_dict(),
-        vocab.to_dict(),
-        train_cfg.to_dict(),
-        spm_model=str(data.spm_model),
-        valid_split=data.valid_split,
-    )
+    module = new_module()
     mlflow_logger = StageRunLogger(tracker) if tracker is not None else None
     trainer = build_trainer(
         train_cfg,
@@ -360,6 +380,10 @@ def _validation_metrics(ckpt_dir: Path) -> dict[str, float]:
     if "step" in last:
         metrics["val/step"] = last["step"]
     return metrics
+
+
+def _format_metrics(metrics: dict[str, float]) -> str:
+    return ", ".join(f"{key} {value:.4g}" for key, value in sorted(metrics.items()))
 
 
 def _previous_metrics(summary_path: Path) -> dict[str, Any]:

@@ -47,6 +47,26 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             torch.save(checkpoint, tmp)
 
 
+def build_validation_trainer(cfg: TrainConfig, *, resolved: Resolved) -> L.Trainer:
+    """A ``lightning.Trainer`` that only validates a checkpoint, on the devices and in the
+    precision of the run (``resolved``): no callbacks and no logger, since under
+    ``trainer.validate`` the step counter is not the run's (Lightning restores the loops only
+    when fitting), so the caller records the metrics at the checkpoint's step itself."""
+    return L.Trainer(
+        accelerator=resolved.accelerator,
+        devices=resolved.devices,
+        num_nodes=cfg.num_nodes,
+        strategy=strategy_for(resolved),
+        plugins=[cluster_environment()],
+        precision=resolved.precision,
+        logger=False,
+        callbacks=[],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,  # the data module shards batches per rank
+    )
+
+
 def build_trainer(
     cfg: TrainConfig,
     run_dir: Path,

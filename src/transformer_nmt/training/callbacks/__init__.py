@@ -13,6 +13,7 @@ from transformer_nmt.training.callbacks.checkpoint import (
     StopOnSignal,
     TrainingStopped,
     read_last_validation,
+    write_last_validation,
 )
 from transformer_nmt.training.callbacks.determinism import BatchTrace, StepSeed
 from transformer_nmt.training.callbacks.mlflow_logger import StageRunLogger
@@ -38,4 +39,5 @@ __all__ = [
     "_clock",
     "measured_validation",
     "read_last_validation",
+    "write_last_validation",
 ]

@@ -157,7 +157,12 @@ class LastValidation(Callback):
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
-        write_json(self.path, {"step": trainer.global_step, "metrics": metrics})
+        write_last_validation(self.path.parent, trainer.global_step, metrics)
+
+
+def write_last_validation(checkpoint_dir: Path, step: int, metrics: dict[str, float]) -> None:
+    """Keep ``metrics``, measured on the weights of ``step``, as the newest validation."""
+    write_json(Path(checkpoint_dir) / LAST_VALIDATION_FILE, {"step": step, "metrics": metrics})
 
 
 def read_last_validation(checkpoint_dir: Path) -> dict[str, Any]:
