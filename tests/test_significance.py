@@ -46,6 +46,24 @@ def test_identical_systems_are_not_significantly_different() -> None:
     assert "bs:200" in signature and "seed:12345" in signature
 
 
+def test_the_difference_interval_is_the_paired_one_and_agrees_with_the_p_value() -> None:
+    """Four sentences made right: a small, consistent gain. Its paired interval excludes 0 (as
+    the p-value says), where the system's own interval less the baseline's BLEU (the unpaired
+    view) spans 0; identical systems give the interval [0, 0]."""
+    better = list(GOOD)
+    for i in (6, 12, 18, 24):  # garbled lines of GOOD, now the references
+        better[i] = REFS[i]
+    base, system, _ = paired_bootstrap([GOOD], [better], REFS, resamples=300)
+    assert base.difference_interval is None and system.difference_interval is not None
+    low, high = system.difference_interval
+    delta = system.bleu - base.bleu
+    assert system.p_value < 0.05 and 0 < low < delta < high
+    unpaired_low, unpaired_high = (bound - base.bleu for bound in system.interval)
+    assert unpaired_low < 0 and high - low < unpaired_high - unpaired_low
+    _, same, _ = paired_bootstrap([GOOD], [GOOD], REFS, resamples=100)
+    assert same.difference_interval == (0.0, 0.0)
+
+
 def test_one_changed_sentence_is_not_significant() -> None:
     nearly = list(GOOD)
     nearly[5] = "the cat"

@@ -113,6 +113,9 @@ def test_each_row_has_a_verdict_backed_by_its_paired_bootstrap(study: dict) -> N
     data = png.with_suffix(".csv").read_text().splitlines()
     assert data[0] == "row,delta_bleu,ci_low,ci_high,paper_delta_dev_bleu"
     assert [line.split(",")[0] for line in data[1:]] == ["C1", "E"]
+    for line in data[1:]:  # the paired difference's interval holds the observed difference
+        delta, low, high = (float(x) for x in line.split(",")[1:4])
+        assert low <= delta <= high
 
 
 def test_seed_and_significance_sections(study: dict) -> None:

@@ -281,15 +281,18 @@ def make_figures(
 def table3_delta_figure(
     entries: Sequence[Table3Entry], tests: Mapping[str, RowTest], png: Path
 ) -> Path:
-    """Each tested Table 3 row's Δ test BLEU against the base with its 95% interval (the row's
-    bootstrap interval less the base's BLEU), the paper's Δ dev BLEU beside it; and a CSV of
-    the numbers beside the PNG."""
+    """Each tested Table 3 row's Δ test BLEU against the base with the 95% interval of that
+    difference on the paired bootstrap's draws (``significance.difference_interval``: the
+    interval its p-value goes with), the paper's Δ dev BLEU beside it; and a CSV of the
+    numbers beside the PNG."""
     rows = [e.row for e in entries if e.row in tests]
     paper_base = TABLE3["base"].paper_dev_bleu
     points = []  # (row, Δ, interval low, interval high, the paper's Δ)
     for row in rows:
         test = tests[row]
-        low, high = (bound - test.base.bleu for bound in test.row.interval)
+        if test.row.difference_interval is None:
+            raise ValueError(f"Table 3 row {row}: its bootstrap has no difference interval")
+        low, high = test.row.difference_interval
         points.append((row, test.delta, low, high, TABLE3[row].paper_dev_bleu - paper_base))
     fig = _new_figure(1, 1, "Table 3: each variation against the base")
     fig.set_size_inches(max(6.0, 0.5 * len(rows) + 2), 4.0)  # room for all 19 rows
@@ -299,7 +302,7 @@ def table3_delta_figure(
     ax.errorbar(
         [i - 0.15 for i in x], [p[1] for p in points],
         yerr=[[max(p[1] - p[2], 0) for p in points], [max(p[3] - p[1], 0) for p in points]],
-        fmt="o", capsize=3, label=f"ours, Δ test BLEU ({tests[rows[0]].test_set}), 95% CI",
+        fmt="o", capsize=3, label=f"ours, Δ test BLEU ({tests[rows[0]].test_set}), paired 95% CI",
     )  # fmt: skip
     ax.plot([i + 0.15 for i in x], [p[4] for p in points], "s", label="paper, Δ dev BLEU")
     ax.set_xticks(x, rows)

@@ -7,7 +7,11 @@ p-value is sacreBLEU's: (1 + the number of draws whose absolute BLEU difference,
 subtracting its mean over the draws (the null hypothesis), exceeds the observed difference) /
 (1 + draws); a system with no observed difference gets p = 1. The 95% confidence interval of a
 system's BLEU is the 2.5th to 97.5th percentile of its BLEU on the draws (reported as the
-bootstrap mean ± half its width).
+bootstrap mean ± half its width). The 95% interval of the *difference* (system − baseline) is
+the 2.5th to 97.5th percentile of the difference on the same draws (``difference_interval``):
+the interval the paired test's p-value goes with, narrower than the system's own interval
+wherever the two systems err on the same sentences. sacreBLEU computes these differences but
+returns only the p-value, so they are recomputed here from its own sufficient statistics.
 The draws are seeded (``$SACREBLEU_SEED``, default 12345: the seed is in the signature).
 
 **With seeds** (an experiment trained once per seed), the per-seed hypotheses are
@@ -24,6 +28,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from transformer_nmt.errors import DataError
 
@@ -42,6 +47,8 @@ class BootstrapResult:
     p_value: float | None
     sentences: int
     runs: int
+    # the 95% interval of BLEU(system) - BLEU(baseline) on the paired draws (None: baseline)
+    difference_interval: tuple[float, float] | None = None
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -97,15 +104,55 @@ def paired_bootstrap(
     # 1 / (resamples + 1).)
     p_value = 1.0 if sys_.score == base.score else float(sys_.p_value)
     n = len(base_lines)
+    difference = difference_interval(
+        BLEU(tokenize=tokenize), base_lines, sys_lines, [list(references) * copies], resamples
+    )
     return (
         BootstrapResult(
             float(base.score), float(base.mean), float(base.ci), None, n, len(baseline)
         ),
         BootstrapResult(
-            float(sys_.score), float(sys_.mean), float(sys_.ci), p_value, n, len(system)
-        ),
+            float(sys_.score),
+            float(sys_.mean),
+            float(sys_.ci),
+            p_value,
+            n,
+            len(system),
+            difference,
+        ),  # fmt: skip
         str(signatures[metric]),
     )
+
+
+def difference_interval(
+    metric: Any,
+    baseline: Sequence[str],
+    system: Sequence[str],
+    references: Sequence[Sequence[str]],
+    resamples: int,
+) -> tuple[float, float]:
+    """The 95% interval of ``metric(system) - metric(baseline)`` over ``resamples`` paired
+    draws of the sentences: the draws of sacreBLEU's paired bootstrap (the same generator,
+    seed ``$SACREBLEU_SEED`` and order), scored from its per-sentence sufficient statistics
+    as its test does."""
+    import os
+
+    import numpy as np
+
+    seed = os.environ.get("SACREBLEU_SEED", "12345")  # sacreBLEU's own default
+    rng = np.random.default_rng(None if seed.lower() == "none" else int(seed))
+    draws = rng.choice(len(system), size=(resamples, len(system)), replace=True)
+    stats = [
+        np.array(metric._extract_corpus_statistics(lines, references), dtype="float32")
+        for lines in (baseline, system)
+    ]  # [sentences, statistics] each
+
+    def score(table: np.ndarray, rows: np.ndarray) -> float:
+        return metric._compute_score_from_stats(table[rows].sum(0)).score
+
+    differences = [score(stats[1], rows) - score(stats[0], rows) for rows in draws]
+    low, high = np.percentile(differences, [2.5, 97.5])
+    return float(low), float(high)
 
 
 @dataclass(frozen=True)
