@@ -15,7 +15,8 @@
 #   bash benchmarks/gpu_proof.sh           # on the GPU machine (OUT: where results go)
 #   bash benchmarks/gpu_proof.sh --shrink  # on a CPU: every step tiny, to check the script
 #
-# Needs what the GPU machine lacks beside this checkout, in .gpu_carry/ (git-ignored):
+# Needs what the GPU machine lacks beside this checkout, in .gpu_carry/ (git-ignored; built by
+# benchmarks/gpu_carry.sh):
 #   site.tgz  snakemake, MLflow and their dependencies unpacked for its Python (a folder
 #             gpusite/), mirror/multi30k/  the Multi30k raw files (data_mirror), demo/  a small
 #             trained model for step 4 should step 3 fail, commit  the checkout's commit
