@@ -342,6 +342,36 @@ def test_activation_estimate_matches_the_tensors_saved_for_backward(cfg, one_tor
     assert 0.8 <= ratio <= 1.5, ratio  # the estimate adds backward's per-layer gradients
 
 
+def test_a_named_gpu_kind_is_never_measured_on_this_machines_gpu(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a machine with a GPU, ``--gpu-kind v100`` plans a V100 from its data sheet and
+    recorded speed: measuring the local GPU (an H200, say) would give the V100 plan the H200's
+    peak and speed. Without --gpu-kind the local GPU is measured."""
+    from transformer_nmt.cli import plan
+
+    measured_on: list[object] = []
+
+    def plan_experiment(*args: object, measure_on: object = None, **kwargs: object) -> object:
+        measured_on.append(measure_on)
+        return real(*args, **kwargs)
+
+    real = pf.plan_experiment
+    monkeypatch.setattr(plan, "_local_gpu", lambda: "the local GPU")
+    monkeypatch.setattr(plan.pf, "plan_experiment", plan_experiment)
+    code, out, _ = _plan(capsys, "--configfile", str(RECIPE), "--gpu-kind", "v100")
+    assert code == 0 and measured_on == [None] and "estimated" in out
+    monkeypatch.setattr(
+        plan.torch.cuda,
+        "get_device_properties",
+        lambda d: type("P", (), {"total_memory": 80 * pf.GIB}),
+    )
+    monkeypatch.setattr(plan.torch.cuda, "get_device_name", lambda d: "NVIDIA H200")
+    measured_on.clear()
+    _plan(capsys, "--configfile", str(RECIPE))
+    assert measured_on == ["the local GPU"]
+
+
 @pytest.mark.parametrize(
     ("dtype", "precision"), [(torch.float32, "32-true"), (torch.bfloat16, "bf16-mixed")]
 )

@@ -44,7 +44,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpu-kind",
         default=None,
-        help=f"GPU model ({', '.join(pf.GPU_KINDS)}); default: the local GPU, else h100",
+        help=f"GPU model ({', '.join(pf.GPU_KINDS)}); default: the local GPU (measured), else "
+        "h100; a named model is planned from its data sheet memory and recorded speed, never "
+        "measured on this machine's GPU",
     )
     parser.add_argument(
         "--estimate-only",
@@ -125,7 +127,9 @@ def plan_config(args: argparse.Namespace) -> list[Entry]:
         vocab = int(pipeline.data_settings(exp["dataset"], exp["pair"])["vocab_size"])
         target = _target(args, train_cfg.accelerator, train_cfg.devices)
         measure = None
-        if not args.estimate_only and target.kind != "cpu":
+        # Measure only on the GPU the plan is for: with --gpu-kind naming a model, this
+        # machine's GPU (maybe another model) would give that plan its own memory and speed.
+        if not args.estimate_only and target.kind != "cpu" and args.gpu_kind is None:
             measure = _local_gpu()
         plan = pf.plan_experiment(
             name, exp["preset"], model_cfg, train_cfg, vocab, target,
