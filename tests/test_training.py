@@ -602,6 +602,15 @@ def test_a_job_killed_before_its_final_validation_validates_the_last_checkpoint_
     for key in ("val/loss", "val/nll", "val/ppl"):  # the same weights, the same dev set
         assert metrics[key] == pytest.approx(final[key], rel=1e-5), key
     assert json.loads(last.read_text())["step"] == 10
+    # a last step that the fit loop does not validate (12, validations every 5) is not
+    # validated on rerun either: the summary is the uninterrupted run's
+    other = tmp_path / "other"
+    argv = train_argv(corpus, other, max_steps=12, val_every_steps=5, checkpoint_every_steps=4)
+    assert main(argv) == 0
+    (other / "train_summary.json").unlink()
+    (other / "checkpoints" / "finished.json").unlink()
+    assert main(argv) == 0
+    assert json.loads((other / "train_summary.json").read_text())["metrics"]["val/step"] == 10
 
 
 def test_a_forced_rerun_of_a_finished_run_trains_again(

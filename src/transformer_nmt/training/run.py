@@ -270,7 +270,9 @@ def train_run(
     if resume.step >= train_cfg.max_steps:
         log.info("%s is at max_steps=%d: only writing the summary", resume.path, resume.step)
         metrics = _previous_metrics(summary_path)
-        if not metrics and _validation_metrics(ckpt_dir).get("val/step") != resume.step:
+        validates_last = resume.step % train_cfg.val_every_steps == 0  # as the fit loop did
+        last = _validation_metrics(ckpt_dir).get("val/step")
+        if not metrics and validates_last and last != resume.step:
             # Killed after the last step's checkpoint, before that step's validation (Lightning
             # saves first): validate its weights now, so the summary reports the final model.
             trainer = build_validation_trainer(train_cfg, resolved=resolved)
