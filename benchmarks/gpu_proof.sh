@@ -14,6 +14,10 @@
 #
 #   bash benchmarks/gpu_proof.sh           # on the GPU machine (OUT: where results go)
 #   bash benchmarks/gpu_proof.sh --shrink  # on a CPU: every step tiny, to check the script
+#   STEPS="3 4" bash benchmarks/gpu_proof.sh   # only those steps (default: 1 2 3 4 5)
+# All steps take ~9-10 minutes on an H200 (2026-11-26: 1 ~80 s, 2 > 210 s, 3 ~250 s, 4 ~25 s),
+# over one call's 10-minute limit with the start: run STEPS="1 2" and STEPS="3 4 5" as two
+# calls on the same warm machine.
 #
 # Needs what the GPU machine lacks beside this checkout, in .gpu_carry/ (git-ignored; built by
 # benchmarks/gpu_carry.sh):
@@ -33,6 +37,9 @@ LOG=$OUT/proof.log
 rm -f /tmp/gpu_proof_steps.txt
 exec > >(tee -a "$LOG") 2>&1
 
+STEPS=${STEPS:-1 2 3 4 5}
+DAG=/tmp/gpu_proof_dag  # step 3's working directory; step 4 decodes with its model
+wants() { [[ " $STEPS " == *" $1 "* ]]; }
 say() { echo "== [$(( $(date +%s) - START )) s] $*"; }
 # step NAME LIMIT_S COMMAND...: run with a time limit, log its status, never stop the script
 step() {
@@ -78,6 +85,7 @@ print('device', torch.cuda.get_device_name() if torch.cuda.is_available() else '
 } 2>&1
 
 # --- 1. training speed and memory; plan on the recipes -----------------------------------------
+if wants 1; then
 if [ "$SHRINK" = 1 ]; then
     step bench_training 300 python benchmarks/bench_training.py --presets tiny --steps 1 \
         --out "$OUT/training.json"
@@ -93,8 +101,10 @@ for recipe in wmt14_en_de_base wmt14_en_de_big; do
     done
 done > "$OUT/plan.txt" 2>&1
 tail -n 40 "$OUT/plan.txt"
+fi
 
 # --- 2. the tests with CUDA visible -------------------------------------------------------------
+if wants 2; then
 if [ "$SHRINK" = 1 ]; then
     step pytest 300 python -m pytest -q -x -p no:cacheprovider tests/test_model_gpu.py \
         > "$OUT/pytest.log" 2>&1
@@ -106,8 +116,10 @@ else
 fi
 grep -oE "(FAILED|ERROR) tests/[^ ]+" "$OUT/pytest.log" | sort -u | head -60
 tail -n 3 "$OUT/pytest.log"
+fi
 
 # --- 3. the Multi30k base recipe through the GPU profile ---------------------------------------
+if wants 3; then
 MAX_STEPS=${MAX_STEPS:-$([ "$SHRINK" = 1 ] && echo 20 || echo 1500)}
 EVERY=$([ "$SHRINK" = 1 ] && echo 10 || echo 500)
 cat > /tmp/gpu_proof_overlay.yaml <<EOF
@@ -120,7 +132,6 @@ experiments:
       val_every_steps: $EVERY
       val_beam_bleu_every_steps: $EVERY
 EOF
-DAG=/tmp/gpu_proof_dag
 rm -rf "$DAG" && mkdir -p "$DAG"
 PROFILE=profiles/gpu
 if [ "$SHRINK" = 1 ]; then
@@ -139,8 +150,10 @@ tail -n 25 "$DAG/dag.log"
 (cd "$DAG" && tar czf "$OUT/dag.tgz" --exclude='*.ckpt' --exclude='*.pt' --exclude='*.bin' \
     --exclude='*.idx' dag.log results logs mlflow.db .snakemake/log 2>/dev/null)
 cat "$DAG"/results/runs/multi30k_en_de_base/test_2016_flickr.scores.json 2>/dev/null
+fi
 
 # --- 4. decoding on the GPU ---------------------------------------------------------------------
+if wants 4; then
 RUN=$DAG/results/runs/multi30k_en_de_base
 DATA=$DAG/results/data/multi30k/en-de
 MODEL=$RUN/averaged.pt SPM=$DAG/results/spm/multi30k/en-de/spm.model
@@ -153,11 +166,12 @@ step gpu_decoding $([ "$SHRINK" = 1 ] && echo 300 || echo 60) \
     --source "$DATA/test_2016_flickr.en" --reference "$DATA/test_2016_flickr.de" \
     --max-tokens $SIZES --runs 3 --device "$([ "$SHRINK" = 1 ] && echo cpu || echo cuda)" \
     --out "$OUT/gpu_decoding.json"
+fi
 
 # --- 5. if time is left: big in torch.compile ---------------------------------------------------
-if [ "$SHRINK" = 0 ] && [ $(( $(date +%s) - START )) -lt 400 ]; then
+if wants 5 && [ "$SHRINK" = 0 ] && [ $(( $(date +%s) - START )) -lt 400 ]; then
     step bench_training_compiled 100 python benchmarks/bench_training.py --skip-cpu \
         --gpu-presets big --gpu-steps 20 --compile --out "$OUT/training_compiled.json"
 fi
 say "done"
-cat /tmp/gpu_proof_steps.txt
+cat /tmp/gpu_proof_steps.txt 2> /dev/null
