@@ -19,8 +19,8 @@ utilisation:
 (the 6 = 2 forward + 4 backward per multiply-add; attention scores and weighted sums counted
 in full, causal masking not subtracted). GPU peak: ``--peak-tflops`` or 989 TFLOP/s for
 H100/H200 SXM dense bf16. On a GPU the micro-batch is by default the one ``max_tokens: auto``
-chooses there for the preset's WMT14 EN-DE recipe (``config/experiments/wmt14_en_de_<preset>``:
-``preflight.size_max_tokens``, as the train job sizes it), each row gives the estimated peak
+chooses there for the preset's WMT14 EN-DE recipe (``config/experiments/wmt14_en_de_<preset>``,
+sized as ``plan`` and the train job size it), each row gives the estimated peak
 memory of its batch shape (``memory.estimate_peak_bytes``) beside the measured one, and one
 profiled step names the attention kernels SDPA ran (flash, memory-efficient, cuDNN or math).
 
@@ -177,26 +177,19 @@ def bench(
 
 
 def recipe_auto_max_tokens(preset: str) -> tuple[int, str]:
-    """``max_tokens: auto`` of the preset's WMT14 EN-DE recipe on this process's GPU, as the
-    train job sizes it (``training.run.resolve_run``), and the recipe it came from."""
-    from transformer_nmt.experiments import load_pipeline
-    from transformer_nmt.model.config import model_config_from_spec
-    from transformer_nmt.training.config import TrainConfig
-    from transformer_nmt.training.preflight import size_max_tokens, this_device
+    """``max_tokens: auto`` of the preset's WMT14 EN-DE recipe on this machine's GPU, as
+    ``plan`` reads the recipe and sizes it (``cli.plan.plan_config``: the same sizing as the
+    train job's ``training.run.resolve_run``), and the recipe it came from."""
+    from transformer_nmt.cli.plan import plan_config
 
     recipe = REPO / "config" / "experiments" / f"wmt14_en_de_{preset}.yaml"
-    pipeline = load_pipeline(recipe)
-    (name,) = pipeline.experiments()
-    exp, spec = pipeline.experiment(name), pipeline.train_config(name)
-    train_cfg = TrainConfig.from_dict(spec["train"])
-    vocab = int(pipeline.data_settings(exp["dataset"], exp["pair"])["vocab_size"])
-    _, target = this_device("gpu", 0, 1)
-    plan = size_max_tokens(
-        model_config_from_spec(spec["model"]), train_cfg, vocab, "bf16-mixed", target
+    args = argparse.Namespace(
+        configfile=recipe, gpus=None, gpu_kind=None, estimate_only=True, tokens_per_s=None
     )
-    if not plan.fits:
-        raise SystemExit(f"{recipe}: max_tokens auto finds no batch that fits {target}")
-    return plan.max_tokens, str(recipe.relative_to(REPO))
+    (entry,) = plan_config(args)
+    if not entry.plan.fits:
+        raise SystemExit(f"{recipe}: max_tokens auto finds no batch that fits {entry.target}")
+    return entry.plan.max_tokens, str(recipe.relative_to(REPO))
 
 
 def estimated_peak_gib(preset: str, batch: int, length: int, precision: str) -> float:

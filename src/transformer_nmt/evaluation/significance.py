@@ -119,7 +119,7 @@ def paired_bootstrap(
             n,
             len(system),
             difference,
-        ),  # fmt: skip
+        ),
         str(signatures[metric]),
     )
 
