@@ -203,18 +203,41 @@ def estimated_peak_gib(preset: str, batch: int, length: int, precision: str) -> 
 
 
 ATTENTION_KERNEL_MARKS = ("flash", "fmha", "efficient_attention", "attention", "sdpa", "softmax")
+# Where a step's GPU time goes, by the kernel's name (first match wins): the matrix multiplies
+# carry the model's FLOPs; everything else is time MFU loses.
+KERNEL_CLASSES = (
+    ("loss_softmax", ("log_softmax", "logsumexp", "nll", "cross_entropy")),
+    ("attention", ATTENTION_KERNEL_MARKS),
+    ("gemm", ("gemm", "xmma", "cutlass", "nvjet", "wgmma", "matmul", "cublas")),
+    ("optimizer", ("multi_tensor", "adam", "foreach")),
+    ("layer_norm", ("layer_norm", "layernorm")),
+    ("dropout", ("dropout", "philox", "bernoulli")),
+    ("reduction", ("reduce", "sum_")),
+    ("copy_cast", ("copy", "cast", "convert", "fill")),
+    ("elementwise", ("elementwise", "vectorized", "triton")),
+)
+
+
+def kernel_class(name: str) -> str:
+    lowered = name.lower()
+    for label, marks in KERNEL_CLASSES:
+        if any(mark in lowered for mark in marks):
+            return label
+    return "other"
 
 
 def attention_kernels(step: Callable[[], None]) -> dict:
     """One profiled step on CUDA: the GPU time (ms) of each kernel whose name marks it as
-    attention (SDPA's flash / memory-efficient / cuDNN kernels, or a math path's softmax), and
-    the step's total GPU time."""
+    attention (SDPA's flash / memory-efficient / cuDNN or a math path's softmax), the step's
+    total GPU time, the time per kernel class (KERNEL_CLASSES) and the 15 costliest kernels."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
     kernels: dict[str, float] = {}
+    every: dict[str, float] = {}
+    classes: dict[str, float] = {}
     total = 0.0
     for event in prof.key_averages():
         ms = getattr(event, "device_time_total", None)
@@ -222,10 +245,20 @@ def attention_kernels(step: Callable[[], None]) -> dict:
         if event.device_type.name != "CUDA":
             continue
         total += ms
-        if any(mark in event.key.lower() for mark in ATTENTION_KERNEL_MARKS):
+        every[event.key[:160]] = round(ms, 3)
+        label = kernel_class(event.key)
+        classes[label] = round(classes.get(label, 0.0) + ms, 3)
+        if label == "attention":
             kernels[event.key[:160]] = round(ms, 3)
     flash = any("flash" in name.lower() for name in kernels)
-    return {"kernels_ms": kernels, "gpu_ms_total": round(total, 3), "flash_called": flash}
+    top = dict(sorted(every.items(), key=lambda item: -item[1])[:15])
+    return {
+        "kernels_ms": kernels,
+        "gpu_ms_total": round(total, 3),
+        "flash_called": flash,
+        "classes_ms": dict(sorted(classes.items(), key=lambda item: -item[1])),
+        "top_kernels_ms": top,
+    }
 
 
 def cpu_has_bf16() -> bool | None:
@@ -344,6 +377,11 @@ def main() -> None:
                 f"  attention kernels ({100 * share:.0f}% of the step's GPU time; flash called: "
                 f"{att['flash_called']}): {', '.join(att['kernels_ms'])}"
             )
+            if "classes_ms" in att:
+                print(
+                    "  GPU time by kernel class (ms): "
+                    + ", ".join(f"{label} {ms:.1f}" for label, ms in att["classes_ms"].items())
+                )
     for dtype, peak in cpu_peaks.items():
         print(
             f"CPU peak (measured {dtype} GEMM, 2048^3, {torch.get_num_threads()} threads): "
