@@ -168,8 +168,8 @@ step gpu_decoding $([ "$SHRINK" = 1 ] && echo 300 || echo 60) \
     --out "$OUT/gpu_decoding.json"
 fi
 
-# --- 5. if time is left: big in torch.compile ---------------------------------------------------
-if wants 5 && [ "$SHRINK" = 0 ] && [ $(( $(date +%s) - START )) -lt 400 ]; then
+# --- 5. if time is left (started before STEP5_BEFORE s, default 400): big in torch.compile ---
+if wants 5 && [ "$SHRINK" = 0 ] && [ $(( $(date +%s) - START )) -lt "${STEP5_BEFORE:-400}" ]; then
     step bench_training_compiled 100 python benchmarks/bench_training.py --skip-cpu \
         --gpu-presets big --gpu-steps 20 --compile --out "$OUT/training_compiled.json"
 fi
