@@ -53,6 +53,7 @@ from transformer_nmt.training.objective import (
     FUSED_ADAM_DEVICES,
     build_optimizer,
     build_scheduler,
+    fused_loss_wanted,
     label_smoothed_cross_entropy,
 )
 
@@ -90,7 +91,13 @@ def measure_gemm_tflops(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> 
 
 
 def make_step(
-    preset: str, *, device: str, bf16: bool, max_tokens: int, compile_model: bool = False
+    preset: str,
+    *,
+    device: str,
+    bf16: bool,
+    max_tokens: int,
+    compile_model: bool = False,
+    fused_loss: bool = False,
 ) -> tuple[Callable[[], None], dict]:
     """One training step on a synthetic token-bounded batch, and the batch's shape."""
     vocab, length = SHAPES[preset]
@@ -108,7 +115,9 @@ def make_step(
     def step() -> None:
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16):
             logits = forward(src, tgt_in)  # [B, T, V]
-        out = label_smoothed_cross_entropy(logits, tgt_out, eps=cfg.eps_ls, pad_id=0)
+        out = label_smoothed_cross_entropy(
+            logits, tgt_out, eps=cfg.eps_ls, pad_id=0, fused=fused_loss
+        )
         (out.loss / out.ntokens).backward()
         optimizer.step()
         scheduler.step()
@@ -128,9 +137,15 @@ def bench(
     warmup_steps: int,
     peak_tflops: float | None,
     compile_model: bool = False,
+    fused_loss: bool = False,
 ) -> dict:
     step, shape = make_step(
-        preset, device=device, bf16=bf16, max_tokens=max_tokens, compile_model=compile_model
+        preset,
+        device=device,
+        bf16=bf16,
+        max_tokens=max_tokens,
+        compile_model=compile_model,
+        fused_loss=fused_loss,
     )
     model, vocab, length, batch = shape["model"], shape["vocab"], shape["length"], shape["batch"]
     for _ in range(warmup_steps):
@@ -150,6 +165,7 @@ def bench(
         "device": device,
         "precision": "bf16-mixed" if bf16 else "fp32",
         "compiled": compile_model,
+        "fused_loss": fused_loss,
         "vocab_size": vocab,
         "sentence_length": length,
         "batch_sentences": batch,
@@ -261,6 +277,12 @@ def attention_kernels(step: Callable[[], None]) -> dict:
     }
 
 
+def fused_loss(args: argparse.Namespace, device: str) -> bool:
+    """--fused-loss: on, off, or auto = train.fused_loss's default on ``device``."""
+    setting = {"auto": "auto", "on": True, "off": False}[args.fused_loss]
+    return fused_loss_wanted(setting, torch.device(device))
+
+
 def cpu_has_bf16() -> bool | None:
     """Whether the CPU has native bf16 arithmetic (AVX512-BF16 or AMX), from /proc/cpuinfo."""
     try:
@@ -301,7 +323,17 @@ def main() -> None:
     parser.add_argument(
         "--cpu-bf16", action="store_true", help="also run the CPU presets in bf16 autocast"
     )
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the model (train.compile)",
+    )
+    parser.add_argument(
+        "--fused-loss",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the loss's torch.compile'd passes over the logits (train.fused_loss; auto: on CUDA)",
+    )
     parser.add_argument(
         "--threads",
         type=int,
@@ -333,6 +365,7 @@ def main() -> None:
                         warmup_steps=1,
                         peak_tflops=cpu_peaks[str(dtype)],
                         compile_model=args.compile,
+                        fused_loss=fused_loss(args, "cpu"),
                     )
                 )
     if torch.cuda.is_available():
@@ -353,6 +386,7 @@ def main() -> None:
                     warmup_steps=3,
                     peak_tflops=peak,
                     compile_model=args.compile,
+                    fused_loss=fused_loss(args, "cuda"),
                 )
                 | {"max_tokens_from": sized_by}
             )

@@ -6,6 +6,7 @@ import contextlib
 import http.server
 import os
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -16,6 +17,14 @@ import pytest
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def snakemake_command() -> list[str]:
+    """How to start this interpreter's snakemake: its console script when it has one, else
+    ``python -m snakemake`` (an environment whose packages sit on PYTHONPATH, as on the GPU
+    machine of benchmarks/gpu_proof.sh, has no script beside its python)."""
+    script = Path(sys.executable).with_name("snakemake")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "snakemake"]
 
 
 def _shared_data_dir() -> Path:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, snakemake_command
 from transformer_nmt.cli import main
 from transformer_nmt.data.clean import CleanConfig
 from transformer_nmt.data.download import download_dataset
@@ -355,8 +355,8 @@ def test_sentencepiece_coverage_defaults_by_script(tmp_path: Path) -> None:
 def _snakemake(workdir: Path, config: dict[str, Any]) -> subprocess.CompletedProcess:
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
-    snakemake = Path(sys.executable).with_name("snakemake")
-    cmd = [str(snakemake), "--cores", "2", "--snakefile", str(REPO_ROOT / "Snakefile"),
+    snakemake = snakemake_command()
+    cmd = [*snakemake, "--cores", "2", "--snakefile", str(REPO_ROOT / "Snakefile"),
            "--configfile", str(path)]  # fmt: skip
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(workdir),
            "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}",
@@ -466,9 +466,9 @@ def test_the_starter_config_checks_plans_and_dry_runs_as_the_readme_says(
     )
     assert main(["plan", "--configfile", str(config), "--estimate-only"]) == 0
     assert "my_corpus_tiny" in capsys.readouterr().out
-    snakemake = Path(sys.executable).with_name("snakemake")
+    snakemake = snakemake_command()
     result = subprocess.run(
-        [str(snakemake), "-n", "--cores", "2", "--snakefile", str(REPO_ROOT / "Snakefile"),
+        [*snakemake, "-n", "--cores", "2", "--snakefile", str(REPO_ROOT / "Snakefile"),
          "--configfile", str(config)],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip

@@ -210,6 +210,39 @@ def test_a_run_from_before_the_stacked_projections_resumes_with_its_adam_moments
         assert torch.equal(a, b), name
 
 
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_module_runs_the_fused_loss_when_train_fused_loss_says_so(monkeypatch) -> None:
+    """``train.fused_loss: true`` reaches the loss (on a CPU too, where auto leaves it off):
+    the same loss and gradients as the eager loss's."""
+    import shutil
+
+    from transformer_nmt.training import module as module_file
+
+    if shutil.which(os.environ.get("CXX", "g++")) is None and shutil.which("gcc") is None:
+        pytest.skip("torch.compile's CPU backend (inductor) needs a C++ compiler; none found")
+    calls = []
+    real = module_file.label_smoothed_cross_entropy
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(kwargs["fused"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module_file, "label_smoothed_cross_entropy", spy)
+    batch = _batches()[1]
+    runs = []
+    for setting in ("auto", True):
+        torch.manual_seed(0)
+        train = {"accelerator": "cpu", "max_steps": 1, "fused_loss": setting}
+        module = TranslationModule(_model_config(), dict(VOCAB), train)
+        out = module._loss(batch)
+        (out.loss / out.ntokens).backward()
+        runs.append((out.loss.detach(), [p.grad.clone() for p in module.parameters()]))
+    assert calls == [False, True]
+    torch.testing.assert_close(runs[1][0], runs[0][0])
+    for fused, eager in zip(runs[1][1], runs[0][1], strict=True):
+        torch.testing.assert_close(fused, eager, rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread")
 def test_compiled_training_steps_equal_eager_ones() -> None:

@@ -101,6 +101,85 @@ def test_gradients_equal_autograd_through_torch_cross_entropy(monkeypatch, rows_
     )
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_fused_loss_equals_the_eager_one(device, dtype):
+    """``fused`` (train.compile on a GPU): the torch.compile'd passes over the logits give the
+    eager loss, NLL and gradient (in the logits' dtype) for batches of two row counts (one
+    compiled kernel for both: dynamic shapes), padded rows included. On a CPU inductor builds
+    C++ of the same graph it builds Triton kernels of on a GPU."""
+    import shutil
+
+    if device == "cpu" and shutil.which("g++") is None and shutil.which("gcc") is None:
+        pytest.skip("torch.compile's CPU backend (inductor) needs a C++ compiler; none found")
+    g = torch.Generator().manual_seed(5)
+    for rows in (7, 12):
+        logits = (3 * torch.randn(2, rows, 101, generator=g)).to(device, dtype)
+        target = torch.randint(1, 101, (2, rows), generator=g).to(device)
+        target[1, rows - 3 :] = 0  # padding
+        results = []
+        for fused in (False, True):
+            x = logits.detach().clone().requires_grad_()
+            out = label_smoothed_cross_entropy(x, target, eps=0.1, pad_id=0, fused=fused)
+            (0.5 * out.loss).backward()
+            assert x.grad.dtype == dtype
+            results.append((out.loss.detach(), out.nll, x.grad))
+        (loss, nll, grad), (fused_loss, fused_nll, fused_grad) = results
+        torch.testing.assert_close(fused_loss, loss)
+        torch.testing.assert_close(fused_nll, nll)
+        torch.testing.assert_close(fused_grad, grad)
+        assert fused_grad[1, rows - 3 :].abs().sum() == 0
+
+
+def test_a_failed_loss_compile_warns_once_and_the_eager_loss_serves(monkeypatch):
+    """A node where torch.compile fails (e.g. no C compiler for Triton): one warning naming
+    train.fused_loss, the eager loss's numbers, and no second attempt in the process."""
+    from transformer_nmt.training import objective
+
+    attempts = []
+
+    def failing(function):  # noqa: ANN001, ANN202
+        def run(*args):  # noqa: ANN002, ANN202
+            attempts.append(function.__name__)
+            raise RuntimeError("backend='inductor' raised:\nno C compiler found")
+
+        return run
+
+    monkeypatch.setattr(objective, "_compiled", failing)
+    monkeypatch.setattr(objective, "_COMPILE_FAILED", [])
+    g = torch.Generator().manual_seed(6)
+    logits = torch.randn(3, 4, 17, generator=g)
+    target = torch.randint(1, 17, (3, 4), generator=g)
+    eager = label_smoothed_cross_entropy(logits, target)
+    x = logits.clone().requires_grad_()
+    with pytest.warns(RuntimeWarning, match=r"train\.fused_loss: .*no C compiler found"):
+        out = label_smoothed_cross_entropy(x, target, fused=True)
+    out.loss.backward()
+    again = label_smoothed_cross_entropy(logits, target, fused=True)
+    assert attempts == ["_row_statistics"]
+    torch.testing.assert_close(out.loss, eager.loss)
+    torch.testing.assert_close(again.nll, eager.nll)
+    x_eager = logits.clone().requires_grad_()
+    label_smoothed_cross_entropy(x_eager, target).loss.backward()
+    torch.testing.assert_close(x.grad, x_eager.grad)
+
+
+def test_fused_loss_auto_is_on_for_cuda_with_triton_only(monkeypatch):
+    from transformer_nmt.training import objective
+
+    have_triton = {"triton": True}
+    monkeypatch.setattr(
+        objective.importlib.util, "find_spec", lambda name: object() if have_triton[name] else None
+    )
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert objective.fused_loss_wanted("auto", cuda) and not objective.fused_loss_wanted(
+        "auto", cpu
+    )
+    assert objective.fused_loss_wanted(True, cpu) and not objective.fused_loss_wanted(False, cuda)
+    have_triton["triton"] = False
+    assert not objective.fused_loss_wanted("auto", cuda)
+
+
 def test_bf16_logits_get_a_bf16_gradient_close_to_the_float32_one():
     g = torch.Generator().manual_seed(4)
     base = torch.randn(4, 6, 50, generator=g)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, snakemake_command
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.experiments import Pipeline, paths
 
@@ -31,9 +30,9 @@ def _load(path: Path) -> dict[str, Any]:
 
 def _dry_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``snakemake -n -p`` of the repo's Snakefile in an empty working directory (offline)."""
-    snakemake = Path(sys.executable).with_name("snakemake")
+    snakemake = snakemake_command()
     return subprocess.run(
-        [str(snakemake), "-n", "-p", "--cores", "2", "--snakefile", str(REPO_ROOT / "Snakefile"),
+        [*snakemake, "-n", "-p", "--cores", "2", "--snakefile", str(REPO_ROOT / "Snakefile"),
          "--directory", str(tmp_path), *args],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

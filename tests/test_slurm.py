@@ -31,7 +31,7 @@ import sacrebleu
 import torch
 import yaml
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, snakemake_command
 from transformer_nmt.runs.checkpoints import load_model_file
 
 pytestmark = pytest.mark.slow
@@ -94,8 +94,8 @@ def _start_snakemake(workdir: Path, config: dict[str, Any], args: list[str],
                      extra_env: dict[str, str]) -> subprocess.Popen:  # fmt: skip
     workdir.mkdir(parents=True)
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), "utf-8")
-    snakemake = Path(sys.executable).with_name("snakemake")
-    cmd = [str(snakemake), "--snakefile", str(REPO_ROOT / "Snakefile"), "--directory",
+    snakemake = snakemake_command()
+    cmd = [*snakemake, "--snakefile", str(REPO_ROOT / "Snakefile"), "--directory",
            str(workdir), "--configfile", str(workdir / "config.yaml"), *args]  # fmt: skip
     # PYTHONPATH: the jobs run this checkout's package; sbatch passes this environment on.
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(workdir),

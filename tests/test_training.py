@@ -188,6 +188,7 @@ def test_train_config_unknown_key_is_named() -> None:
         ("checkpoint_every_steps", 0),
         ("loss_chunk_tokens", 0),
         ("compile", "yes"),
+        ("fused_loss", "yes"),
         ("lr_scale", True),
         ("strategy", "fsdp"),  # sharded: the per-token gradient rescaling needs whole gradients
         ("strategy", "deepspeed"),

@@ -108,7 +108,8 @@ def test_batching_restores_input_order_and_round_trips_text(
     lines = _sentences(120, seed=5)
     lines[7] = ""  # an empty line is passed through without the model
     lines[8] = "Unbekannte Wörter: Äpfel & Birnen!"  # byte fallback keeps unseen characters
-    translator = Translator(assets["model"], assets["spm"], SearchSettings(max_tokens=64))
+    # device cpu: the CPU's parallel batches (a GPU decodes one batch at a time)
+    translator = Translator(assets["model"], assets["spm"], SearchSettings(max_tokens=64), "cpu")
     done: list[int] = []
     results = translator.translate_nbest(lines, progress=done.append)
     assert [r[0][0] for r in results] == lines
@@ -136,7 +137,8 @@ def test_batches_run_two_at_a_time_on_one_thread_each_with_two_threads(
 
     monkeypatch.setattr(translation, "beam_search", copy_search)
     lines = _sentences(120, seed=6)
-    translator = Translator(assets["model"], assets["spm"], SearchSettings(max_tokens=64))
+    # device cpu: the CPU's parallel batches (a GPU decodes one batch at a time)
+    translator = Translator(assets["model"], assets["spm"], SearchSettings(max_tokens=64), "cpu")
     done: list[int] = []
     assert [r[0][0] for r in translator.translate_nbest(lines, progress=done.append)] == lines
     assert sum(done) == len(lines) and len(seen) > 5
@@ -156,7 +158,9 @@ def test_real_model_parallel_batches_equal_one_batch_at_a_time(
     outputs = []
     for switch in ("on", "off"):
         monkeypatch.setenv(fast_paths.ENV, switch)
-        outputs.append(Translator(assets["model"], assets["spm"], settings).translate_nbest(lines))
+        outputs.append(
+            Translator(assets["model"], assets["spm"], settings, "cpu").translate_nbest(lines)
+        )
     (parallel, one_at_a_time) = outputs
     assert [r[0][0] for r in parallel] == [r[0][0] for r in one_at_a_time]
     for a, b in zip(parallel, one_at_a_time, strict=True):
@@ -426,7 +430,8 @@ def test_translate_with_attention_equals_search_attention(assets: dict[str, Path
         np.testing.assert_allclose(record.weights.sum(-1), 1.0, atol=1e-5)
         # teacher forcing on the hypothesis = the attention the search saw step by step
         (hyp,) = beam_search(
-            translator.model, source_batch([ids]), bos_id=2, eos_id=3, pad_id=PAD_ID, beam_size=3,
+            translator.model, source_batch([ids]).to(translator.device), bos_id=2, eos_id=3,
+            pad_id=PAD_ID, beam_size=3,
             alpha=settings.alpha, max_len_b=6, return_attention=True,
         )[0]  # fmt: skip
         assert record.tgt_tokens[:-1] == [translator.sp.id_to_piece(t) for t in hyp.tokens]

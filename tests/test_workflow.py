@@ -23,7 +23,7 @@ import pytest
 import sacrebleu
 import yaml
 
-from tests.conftest import REPO_ROOT, wait_for_health
+from tests.conftest import REPO_ROOT, snakemake_command, wait_for_health
 from transformer_nmt.runs.metrics_history import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -40,8 +40,8 @@ def _config(mirror: Path) -> dict[str, Any]:
 def _snakemake(workdir: Path, config: dict[str, Any], *args: str) -> subprocess.CompletedProcess:
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    snakemake = Path(sys.executable).with_name("snakemake")
-    cmd = [str(snakemake), "--cores", "2", "--snakefile", str(REPO_ROOT / "Snakefile"),
+    snakemake = snakemake_command()
+    cmd = [*snakemake, "--cores", "2", "--snakefile", str(REPO_ROOT / "Snakefile"),
            "--directory", str(workdir), "--configfile", str(path), *args]  # fmt: skip
     # PYTHONPATH: the jobs run this checkout's package, not whichever one is installed.
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(workdir),

@@ -58,6 +58,11 @@ class TrainConfig:
     # Flag (speed only, off = the eager model): torch.compile the Transformer for the training
     # and validation loss. Not combined with loss_chunk_tokens.
     compile: bool = False
+    # Flag (speed only, same numbers up to rounding): the loss's passes over the [tokens x V]
+    # logits as torch.compile'd kernels. "auto" = on a CUDA device with Triton (one H100,
+    # bf16: big +26%, base +54% target tokens/s; benchmarks/RESULTS.md), off on a CPU, whose
+    # eager loss in cache-sized chunks is the measured fast path; true / false force it.
+    fused_loss: bool | str = "auto"
     seed: int = 1
     # "auto" = bf16-mixed on GPUs with bf16 (a speed departure from the paper's fp32 P100
     # training, numerically benign), else 32-true; or any Lightning precision string.
@@ -132,6 +137,7 @@ RESUMABLE_KEYS = frozenset(
         "strategy",
         "loss_chunk_tokens",
         "compile",
+        "fused_loss",
     }
 )
 
@@ -220,6 +226,10 @@ def _validate(cfg: TrainConfig) -> None:
         )
     if not isinstance(cfg.compile, bool):
         raise ConfigError(f"train config key 'compile' must be true or false, got {cfg.compile!r}")
+    if cfg.fused_loss not in (True, False, "auto"):
+        raise ConfigError(
+            f"train config key 'fused_loss' must be auto, true or false, got {cfg.fused_loss!r}"
+        )
     if cfg.compile and cfg.loss_chunk_tokens:
         raise ConfigError(
             "train config keys 'compile' and 'loss_chunk_tokens' cannot be combined: "

@@ -132,9 +132,11 @@ def measure_peak_bytes(
     precision: str,
     device: torch.device,
     timed_steps: int = 0,
+    fused_loss: bool = False,
 ) -> Measurement:
     """Peak CUDA memory of training steps on a random ``[batch, width]`` batch: two steps
-    (the second in the steady state, with Adam's states), then ``timed_steps`` timed ones.
+    (the second in the steady state, with Adam's states), then ``timed_steps`` timed ones;
+    ``fused_loss`` as the run's ``train.fused_loss`` resolves on that device.
     The memory is freed afterwards; an out-of-memory error is returned as ``peak_bytes = -1``.
     """
     from transformer_nmt.model.transformer import Transformer
@@ -165,7 +167,9 @@ def measure_peak_bytes(
         def step() -> None:
             with torch.autocast("cuda", dtype=dtype, enabled=mixed):
                 logits = model(src, tgt_in)  # [B, W, V]
-            loss = label_smoothed_cross_entropy(logits, tgt_out, eps=model_cfg.eps_ls).loss
+            loss = label_smoothed_cross_entropy(
+                logits, tgt_out, eps=model_cfg.eps_ls, fused=fused_loss
+            ).loss
             del logits
             loss.backward()
             optimizer.step()

@@ -33,6 +33,7 @@ from transformer_nmt.training.objective import (
     build_scheduler,
     chunked_label_smoothed_cross_entropy,
     follow_max_steps,
+    fused_loss_wanted,
     label_smoothed_cross_entropy,
 )
 
@@ -123,8 +124,9 @@ class TranslationModule(L.LightningModule):
             )  # fmt: skip
         logits = self._forward_model()(batch["src"], batch["tgt_in"])  # [B, T, V]
         return label_smoothed_cross_entropy(
-            logits, batch["tgt_out"], eps=self.eps_ls, pad_id=self.pad_id
-        )
+            logits, batch["tgt_out"], eps=self.eps_ls, pad_id=self.pad_id,
+            fused=fused_loss_wanted(self.train_cfg.fused_loss, logits.device),
+        )  # fmt: skip
 
     # --- training ------------------------------------------------------------------------------
 

@@ -5,8 +5,12 @@ No Lightning here: plain functions the LightningModule calls.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
@@ -54,25 +58,15 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, logits, target, keep, eps):  # type: ignore[no-untyped-def]
-        compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
-        n = logits.shape[0]
-        lse = torch.empty(n, dtype=compute, device=logits.device)
-        nll_rows = torch.empty(n, dtype=compute, device=logits.device)
-        smooth_rows = torch.empty(n, dtype=compute, device=logits.device)
-        buffer = _chunk_buffer(logits, compute)
-        for rows, x in _chunks(logits, buffer):  # x: a float32 copy of the rows [r, V]
-            nll_rows[rows] = -x.gather(1, target[rows, None])[:, 0]  # -x_y
-            smooth_rows[rows] = -x.mean(dim=-1)  # -mean_k(x_k)
-            top = x.amax(dim=-1, keepdim=True)  # [r, 1]
-            x.sub_(top).exp_()  # exp(x - max), in place: no [r, V] temporaries
-            lse[rows] = top[:, 0] + x.sum(dim=-1).log()
-        nll_rows += lse
-        smooth_rows += lse
+    def forward(ctx, logits, target, keep, eps, fused):  # type: ignore[no-untyped-def]
+        statistics = _run_compiled(_row_statistics, logits, target) if fused else None
+        if statistics is None:
+            statistics = _chunked_row_statistics(logits, target)
+        lse, nll_rows, smooth_rows = statistics
         nll = nll_rows.masked_fill(~keep, 0.0).sum()
         smooth = smooth_rows.masked_fill(~keep, 0.0).sum()
         ctx.save_for_backward(logits, target, keep, lse)
-        ctx.eps = eps
+        ctx.eps, ctx.fused = eps, fused
         ctx.mark_non_differentiable(nll)
         return (1.0 - eps) * nll + eps * smooth, nll
 
@@ -80,9 +74,13 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss, _grad_nll):  # type: ignore[no-untyped-def]
         logits, target, keep, lse = ctx.saved_tensors
         eps, vocab = ctx.eps, logits.shape[-1]
-        grad = torch.empty_like(logits)
         # per row: grad_loss * keep, the incoming gradient of the summed loss
         scale = keep.to(lse.dtype) * grad_loss.to(lse.dtype)  # [n]
+        if ctx.fused:  # one compiled pass: reads the logits once, writes their gradient once
+            fused_grad = _run_compiled(_row_gradient, logits, target, lse, scale, eps)
+            if fused_grad is not None:
+                return fused_grad, None, None, None, None
+        grad = torch.empty_like(logits)
         buffer = _chunk_buffer(logits, lse.dtype)
         for rows, g in _chunks(logits, buffer):
             g.sub_(lse[rows, None]).exp_()  # softmax [r, V]
@@ -90,7 +88,90 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
             g.scatter_add_(1, target[rows, None], g.new_full((g.shape[0], 1), eps - 1.0))
             g.mul_(scale[rows, None])
             grad[rows] = g
-        return grad, None, None, None
+        return grad, None, None, None, None
+
+
+def _chunked_row_statistics(
+    logits: torch.Tensor, target: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """lse, -log p_y and mean_k(-log p_k) per row of ``logits`` [n, V], each [n], in eager
+    torch: ``_loss_rows`` rows at a time through one reused float32 buffer."""
+    compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    n = logits.shape[0]
+    lse = torch.empty(n, dtype=compute, device=logits.device)
+    nll_rows = torch.empty(n, dtype=compute, device=logits.device)
+    smooth_rows = torch.empty(n, dtype=compute, device=logits.device)
+    buffer = _chunk_buffer(logits, compute)
+    for rows, x in _chunks(logits, buffer):  # x: a float32 copy of the rows [r, V]
+        nll_rows[rows] = -x.gather(1, target[rows, None])[:, 0]  # -x_y
+        smooth_rows[rows] = -x.mean(dim=-1)  # -mean_k(x_k)
+        top = x.amax(dim=-1, keepdim=True)  # [r, 1]
+        x.sub_(top).exp_()  # exp(x - max), in place: no [r, V] temporaries
+        lse[rows] = top[:, 0] + x.sum(dim=-1).log()
+    return lse, nll_rows + lse, smooth_rows + lse
+
+
+def _row_statistics(
+    logits: torch.Tensor, target: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``_chunked_row_statistics`` written for torch.compile: all rows at once, the float32
+    view and exp(x - max) fused into the row reductions instead of materialised."""
+    x = logits.to(torch.float64 if logits.dtype == torch.float64 else torch.float32)  # [n, V]
+    top = x.amax(dim=-1, keepdim=True)  # [n, 1]
+    lse = top[:, 0] + (x - top).exp().sum(dim=-1).log()  # [n]
+    return lse, lse - x.gather(1, target[:, None])[:, 0], lse - x.mean(dim=-1)
+
+
+def _row_gradient(
+    logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, scale: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """d loss / d logits = (softmax(x) - q) * scale per row, q = (1 - eps) * one_hot(y) + eps / V,
+    in the logits' dtype: the backward pass of ``_SmoothedCrossEntropy`` for torch.compile."""
+    vocab = logits.shape[-1]
+    x = logits.to(lse.dtype)  # [n, V]
+    is_target = torch.arange(vocab, device=logits.device) == target[:, None]  # [n, V]
+    grad = (x - lse[:, None]).exp() - eps / vocab - (1.0 - eps) * is_target.to(x.dtype)
+    return (grad * scale[:, None]).to(logits.dtype)
+
+
+def fused_loss_wanted(setting: bool | str, device: torch.device) -> bool:
+    """``train.fused_loss``: true / false, or "auto" = on a CUDA device where Triton (inductor's
+    GPU backend) is installed."""
+    if setting == "auto":
+        return device.type == "cuda" and importlib.util.find_spec("triton") is not None
+    return bool(setting)
+
+
+@functools.cache
+def _compiled(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` under torch.compile, built once per process; dynamic shapes, so that every
+    batch's row count reuses one compiled kernel."""
+    return torch.compile(function, dynamic=True)
+
+
+_COMPILE_FAILED: list[str] = []  # the first torch.compile error of this process, if any
+
+
+def _run_compiled(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` torch.compile'd, or None (the caller runs the eager loss) when
+    compiling failed in this process (e.g. no C compiler for Triton's launcher on a node):
+    one warning, and the eager loss from then on; the same numbers either way."""
+    if _COMPILE_FAILED:
+        return None
+    try:
+        return _compiled(function)(*args)
+    except Exception as error:  # noqa: BLE001 - any compiler failure: the eager loss serves
+        # inductor's message: "backend='inductor' raised:" then the cause on the next line
+        cause = " ".join([line.strip() for line in str(error).splitlines() if line.strip()][:2])
+        _COMPILE_FAILED.append(f"{type(error).__name__}: {cause[:300]}")
+        warnings.warn(
+            f"train.fused_loss: torch.compile of the loss failed ({_COMPILE_FAILED[0]}); "
+            "the eager loss is used from now on (same numbers, slower); set "
+            "train.fused_loss: false to skip the attempt",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
 
 
 def _chunk_buffer(logits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -114,7 +195,12 @@ def _chunks(logits: torch.Tensor, buffer: torch.Tensor) -> Iterator[tuple[slice,
 
 
 def label_smoothed_cross_entropy(
-    logits: torch.Tensor, target: torch.Tensor, eps: float = 0.1, pad_id: int = 0
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    eps: float = 0.1,
+    pad_id: int = 0,
+    *,
+    fused: bool = False,
 ) -> LossOutput:
     """§5.4 label smoothing of value eps (Szegedy et al. 2016, the paper's reference [36]).
 
@@ -123,11 +209,15 @@ def label_smoothed_cross_entropy(
         loss = (1 - eps) * nll(y) + eps * mean_k(-log p_k).
     Positions whose target is ``pad_id`` contribute nothing. ``logits`` [B, T, V] (any float
     dtype; the softmax runs in float32 at least), ``target`` [B, T] long.
+
+    ``fused`` (``train.fused_loss``; speed only): each pass over the logits runs as one
+    torch.compile'd kernel instead of eager passes over float32 chunks, which on a GPU read
+    and write [B*T, V] float32 about a dozen times per step (benchmarks/RESULTS.md).
     """
     logits = logits.reshape(-1, logits.shape[-1])  # [B*T, V]
     target = target.reshape(-1)  # [B*T]
     keep = target != pad_id  # [B*T]
-    loss, nll = _SmoothedCrossEntropy.apply(logits, target.clamp(min=0), keep, eps)
+    loss, nll = _SmoothedCrossEntropy.apply(logits, target.clamp(min=0), keep, eps, fused)
     return LossOutput(loss=loss, nll=nll, ntokens=keep.sum())
 
 
@@ -141,7 +231,7 @@ def _chunk_sums(
     ``target`` [n] (no padding)."""
     logits = project(hidden)  # [n, V]
     keep = torch.ones_like(target, dtype=torch.bool)
-    return _SmoothedCrossEntropy.apply(logits, target, keep, eps)
+    return _SmoothedCrossEntropy.apply(logits, target, keep, eps, False)
 
 
 def chunked_label_smoothed_cross_entropy(

@@ -67,6 +67,7 @@ from transformer_nmt.training.memory import (
     width_limit,
     worst_batch,
 )  # fmt: skip
+from transformer_nmt.training.objective import fused_loss_wanted
 from transformer_nmt.training.resolution import accumulation, resolve_precision
 
 __all__ = [  # the plan's names, and those of its parts (re-exported)
@@ -214,6 +215,7 @@ def plan_experiment(
         measured = measure_peak_bytes(
             model_cfg, vocab_size, rows, width, precision, measure_on,
             timed_steps if target.kind == "cuda" else 0,
+            fused_loss=fused_loss_wanted(cfg.fused_loss, measure_on),
         )  # fmt: skip
         peak, source = measured.peak_bytes, "measured"
         if measured.tgt_tokens_per_s > 0:
