@@ -54,7 +54,9 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     Forward keeps only lse [n]; backward reads the logits once and writes their gradient once,
     where autograd through log_softmax materialises [n, V] float32 log-probabilities and
     fills / scatters / divides several [n, V] tensors (benchmarks/profile_training_step.py).
-    Rows are processed ``_loss_rows`` at a time in float32 (at least).
+    Rows are processed ``_loss_rows`` at a time in float32 (at least), or with ``fused`` all at
+    once by torch.compile'd kernels that keep no float32 copy (``_row_statistics``,
+    ``_row_gradient``).
     """
 
     @staticmethod
@@ -138,8 +140,13 @@ def fused_loss_wanted(setting: bool | str, device: torch.device) -> bool:
     """``train.fused_loss``: true / false, or "auto" = on a CUDA device where Triton (inductor's
     GPU backend) is installed."""
     if setting == "auto":
-        return device.type == "cuda" and importlib.util.find_spec("triton") is not None
+        return device.type == "cuda" and _triton_installed()
     return bool(setting)
+
+
+@functools.cache
+def _triton_installed() -> bool:  # asked every step: look it up once
+    return importlib.util.find_spec("triton") is not None
 
 
 @functools.cache
