@@ -27,6 +27,14 @@ def snakemake_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "snakemake"]
 
 
+def checkout_pythonpath() -> str:
+    """PYTHONPATH for a subprocess that must run this checkout's package: its src/ first, then
+    the caller's PYTHONPATH (where an environment keeps its packages there, as on the GPU
+    machine of benchmarks/gpu_proof.sh, the subprocess still finds them)."""
+    inherited = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join(p for p in (str(REPO_ROOT / "src"), inherited) if p)
+
+
 def _shared_data_dir() -> Path:
     """The offline mirror of public datasets (``../shared/data`` beside the checkout)."""
     env = os.environ.get("TRANSFORMER_NMT_TEST_MIRROR")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT, snakemake_command
+from tests.conftest import REPO_ROOT, checkout_pythonpath, snakemake_command
 from transformer_nmt.cli import main
 from transformer_nmt.data.clean import CleanConfig
 from transformer_nmt.data.download import download_dataset
@@ -360,7 +360,7 @@ def _snakemake(workdir: Path, config: dict[str, Any]) -> subprocess.CompletedPro
            "--configfile", str(path)]  # fmt: skip
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(workdir),
            "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}",
-           "PYTHONPATH": str(REPO_ROOT / "src")}  # fmt: skip
+           "PYTHONPATH": checkout_pythonpath()}  # fmt: skip
     # run from the working directory: the config's relative paths are relative to it
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=workdir)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import checkout_pythonpath
 from tests.test_training import (  # noqa: F401  (corpus: the fixture)
-    REPO_ROOT,
     corpus,
     read_trace,
     spawn_training,
@@ -52,7 +52,7 @@ def test_a_checkpoint_writer_killed_mid_write_leaves_no_checkpoint(tmp_path: Pat
     ckpt_dir = tmp_path / "checkpoints"
     ckpt_dir.mkdir()
     target = ckpt_dir / "step=00000010.ckpt"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "TMPDIR": str(other_fs)}
+    env = {**os.environ, "PYTHONPATH": checkout_pythonpath(), "TMPDIR": str(other_fs)}
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(target)], env=env)
     deadline = time.monotonic() + 120
     # kill it while the temporary file (beside the target, not in TMPDIR) is being written
@@ -141,7 +141,7 @@ def test_a_signal_to_ddp_ranks_stops_them_at_one_update_and_the_resumed_run_matc
     steps = 12
     common = {"devices": 2, "max_steps": steps, "checkpoint_every_steps": 100_000}
     whole, split = tmp_path / "whole", tmp_path / "split"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": checkout_pythonpath()}
     done = subprocess.run([sys.executable, "-m", "transformer_nmt",
                            *train_argv(corpus, whole, **common)],
                           env=env, capture_output=True, text=True, timeout=300)  # fmt: skip

@@ -31,7 +31,7 @@ import sacrebleu
 import torch
 import yaml
 
-from tests.conftest import REPO_ROOT, snakemake_command
+from tests.conftest import REPO_ROOT, checkout_pythonpath, snakemake_command
 from transformer_nmt.runs.checkpoints import load_model_file
 
 pytestmark = pytest.mark.slow
@@ -100,7 +100,7 @@ def _start_snakemake(workdir: Path, config: dict[str, Any], args: list[str],
     # PYTHONPATH: the jobs run this checkout's package; sbatch passes this environment on.
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(workdir),
            "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}",
-           "PYTHONPATH": str(REPO_ROOT / "src"), **extra_env}  # fmt: skip
+           "PYTHONPATH": checkout_pythonpath(), **extra_env}  # fmt: skip
     with open(workdir / "snakemake.out", "w", encoding="utf-8") as log:  # the child keeps a copy
         return subprocess.Popen(cmd, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
 

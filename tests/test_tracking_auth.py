@@ -27,7 +27,7 @@ from unittest import mock
 
 import pytest
 
-from tests.conftest import REPO_ROOT, wait_for_health
+from tests.conftest import REPO_ROOT, checkout_pythonpath, wait_for_health
 from tests.test_training import MODEL, reversal_corpus
 from transformer_nmt import tracking
 from transformer_nmt.cli import main
@@ -222,7 +222,7 @@ def _stage(argv: list[str], env: dict[str, str], log: Path) -> None:
     with open(log, "wb") as out:
         done = subprocess.run(
             [sys.executable, "-m", "transformer_nmt", "-v", *argv],
-            env={**env, "PYTHONPATH": str(REPO_ROOT / "src")},
+            env={**env, "PYTHONPATH": checkout_pythonpath()},
             stdout=out, stderr=subprocess.STDOUT, timeout=600,
         )  # fmt: skip
     assert done.returncode == 0, log.read_text(errors="replace")[-4000:]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import checkout_pythonpath
 from transformer_nmt.cli import main
 from transformer_nmt.data.batch import training_batch
 from transformer_nmt.data.sampler import TokenBatchSampler
@@ -30,7 +31,6 @@ from transformer_nmt.training.resolution import (
     strategy_for,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 64
 MODEL = {
     "preset": "tiny",
@@ -107,7 +107,7 @@ def train_argv(corpus: dict[str, Path], run_dir: Path, **train: object) -> list[
 def spawn_training(argv: list[str], log_file) -> subprocess.Popen:
     """``python -m transformer_nmt <argv>`` in a subprocess (this checkout's code), output to
     ``log_file``."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": checkout_pythonpath()}
     return subprocess.Popen(
         [sys.executable, "-m", "transformer_nmt", *argv],
         env=env,
@@ -991,7 +991,7 @@ def test_two_process_ddp_disjoint_batches_and_single_checkpoints(
 ) -> None:
     run = tmp_path / "run"
     env = {**os.environ, "TRANSFORMER_NMT_TRACE_BATCHES": str(run / "trace")}
-    env["PYTHONPATH"] = str(REPO_ROOT / "src")
+    env["PYTHONPATH"] = checkout_pythonpath()
     argv = train_argv(
         corpus,
         run,

@@ -23,7 +23,7 @@ import pytest
 import sacrebleu
 import yaml
 
-from tests.conftest import REPO_ROOT, snakemake_command, wait_for_health
+from tests.conftest import REPO_ROOT, checkout_pythonpath, snakemake_command, wait_for_health
 from transformer_nmt.runs.metrics_history import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -46,7 +46,7 @@ def _snakemake(workdir: Path, config: dict[str, Any], *args: str) -> subprocess.
     # PYTHONPATH: the jobs run this checkout's package, not whichever one is installed.
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(workdir),
            "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}",
-           "PYTHONPATH": str(REPO_ROOT / "src")}  # fmt: skip
+           "PYTHONPATH": checkout_pythonpath()}  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
 
 
