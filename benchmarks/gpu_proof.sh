@@ -17,7 +17,8 @@
 #   STEPS="3 4" bash benchmarks/gpu_proof.sh   # only those steps (default: 1 2 3 4 5)
 # All steps take ~9-10 minutes on an H200 (2026-11-26: 1 ~80 s, 2 > 210 s, 3 ~250 s, 4 ~25 s),
 # over one call's 10-minute limit with the start: run STEPS="1 2" and STEPS="3 4 5" as two
-# calls on the same warm machine.
+# calls on the same warm machine. On an H100 (2026-11-27) STEPS="1 2 5" took 435 s (1: 112 s
+# with the plans, 2: cut at 250 s, 5: 73 s), and a machine started in ~30 s.
 #
 # Needs what the GPU machine lacks beside this checkout, in .gpu_carry/ (git-ignored; built by
 # benchmarks/gpu_carry.sh):
@@ -110,9 +111,11 @@ if [ "$SHRINK" = 1 ]; then
         > "$OUT/pytest.log" 2>&1
 else
     # -v: one line per test as it ends, so the names survive a cut at the limit (2026-11-26:
-    # ~95% of the 874 tests ran in 210 s on 16 workers, and a killed run prints no summary)
-    step pytest 240 python -m pytest -m "gpu or not slow" -v -rfE -p no:cacheprovider \
-        -n 16 --timeout 150 > "$OUT/pytest.log" 2>&1
+    # ~95% of the 874 tests ran in 210 s on 16 workers, and a killed run prints no summary).
+    # One compile thread: inductor's pool of compile workers in each of 16 xdist processes hung
+    # a run on an H100 (2026-11-27).
+    TORCHINDUCTOR_COMPILE_THREADS=1 step pytest 240 python -m pytest -m "gpu or not slow" -v \
+        -rfE -p no:cacheprovider -n 16 --timeout 150 > "$OUT/pytest.log" 2>&1
 fi
 grep -oE "(FAILED|ERROR) tests/[^ ]+" "$OUT/pytest.log" | sort -u | head -60
 tail -n 3 "$OUT/pytest.log"
