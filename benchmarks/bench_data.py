@@ -1,4 +1,4 @@
-"""Data stages at WMT14 EN-DE scale: time, throughput and peak memory of each stage.
+"""Data stages at WMT14 EN-DE or EN-FR scale: time, throughput and peak memory of each stage.
 
 A synthetic corpus with the shape of WMT14 EN-DE (4.5M pairs, ~25 words per side, Zipfian
 word frequencies, a few lines with bytes that are not UTF-8 or control characters as in Common
@@ -14,6 +14,12 @@ drop them at will, so the anonymous part is reported too.
     python benchmarks/bench_data.py                 # full size (4.5M pairs)
     python benchmarks/bench_data.py --pairs 450000  # 10% (a quick run)
     python benchmarks/bench_data.py --loader-only   # the loader alone on 4.5M pairs of arrays
+    python benchmarks/bench_data.py --layout en-fr --pairs 36000000  # WMT14 EN-FR (§5.1: 36M)
+
+``--layout en-fr`` splits the pairs among the WMT14 EN-FR training corpora in their real
+proportions and archives, as the package's registry names them (Gigaword's gzip members in a
+plain tar, UN, Common Crawl, Europarl and News Commentary as tgz members). ``--encode-workers
+1,2`` runs the encode stage once per worker count (the speed-up of the cores it is given).
 
 Prints a table and writes benchmarks/out/data.json. Targets (issue 3): encode < 2 GiB, loader
 < 1 GiB, loader tokens/s far above the ~300k tokens/s one H100 trains on. Issue 18: every data
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gzip
 import http.server
 import json
 import os
@@ -42,15 +49,28 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "out"
 H100_TOKENS_PER_S = 300_000
-RECIPE = REPO / "config" / "experiments" / "wmt14_en_de_base.yaml"
+RECIPES = {
+    "en-de": REPO / "config" / "experiments" / "wmt14_en_de_base.yaml",
+    "en-fr": REPO / "config" / "experiments" / "wmt14_en_fr_base.yaml",
+}
 SLURM_PROFILE = REPO / "profiles" / "slurm" / "config.yaml"
 ARCHIVE = "training-synthetic.tar"  # members as in Europarl's tgz: training/<corpus>.de-en.<lang>
+# Lines of each WMT14 EN-FR training corpus as distributed (40.8M pairs; §5.1's 36M is after
+# cleaning): the shares in which --layout en-fr splits its pairs.
+EN_FR_CORPUS_PAIRS = {
+    "europarl_v7": 2_007_723,
+    "commoncrawl": 3_244_152,
+    "un": 12_886_831,
+    "news_commentary_v9": 183_251,
+    "giga_fren": 22_520_376,
+}
+ALPHABETS = {"en": "etaoinshrdlucmfwyp", "de": "enisratdhulcgmobwfkzä", "fr": "esaitnrulodcmpévq"}
 
 
-def recipe_spm_sample() -> int:
-    """The WMT14 EN-DE recipe's SentencePiece sample (10M sentences)."""
-    config = yaml.safe_load(RECIPE.read_text(encoding="utf-8"))
-    return int(config["data"]["wmt14_en_de"]["en-de"]["spm_sample_sentences"])
+def recipe_spm_sample(layout: str) -> int:
+    """The WMT14 recipe's SentencePiece sample (10M sentences for EN-DE and EN-FR)."""
+    config = yaml.safe_load(RECIPES[layout].read_text(encoding="utf-8"))
+    return int(config["data"][f"wmt14_{layout.replace('-', '_')}"][layout]["spm_sample_sentences"])
 
 
 def slurm_data_job_mb() -> int:
@@ -66,8 +86,9 @@ from transformer_nmt.data.datamodule import TranslationDataModule
 from transformer_nmt.data.vocab import PAD_ID
 bin_dir, max_tokens, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 seconds = float(sys.argv[4])
-world = int(sys.argv[5]) if len(sys.argv) > 5 else 1  # rank 0 of `world` (its share)
-dm = TranslationDataModule(bin_dir, "en", "de", max_tokens=max_tokens, num_workers=workers)
+world = int(sys.argv[5])  # rank 0 of `world` (its share)
+src, tgt = sys.argv[6], sys.argv[7]
+dm = TranslationDataModule(bin_dir, src, tgt, max_tokens=max_tokens, num_workers=workers)
 dm.rank_and_world_size = lambda: (0, world)
 t0 = time.perf_counter()
 loader = dm.train_dataloader()
@@ -153,10 +174,16 @@ def run_stage(name: str, argv: list[str]) -> dict:
     return {"seconds": seconds, "peak_pss": peak[0], "peak_pss_anon": peak[1], "stdout": stdout}
 
 
-def make_corpus(raw: Path, pairs: int, seed: int, words_per_side: float, broken: float) -> None:
-    """train.{en,de} with ~words_per_side words per side (a ``broken`` share of the English
-    lines with a byte that is not UTF-8, as many German ones with a control character), plus
-    small valid files."""
+def make_corpus(
+    outputs: list[tuple[int, Path, Path]],
+    langs: tuple[str, str],
+    seed: int,
+    words_per_side: float,
+    broken: float,
+) -> None:
+    """Synthetic pairs into each (pairs, source file, target file) of ``outputs``, ~words_per_side
+    words per side (a ``broken`` share of the source lines with a byte that is not UTF-8, as
+    many target ones with a control character)."""
     rng = np.random.default_rng(seed)
     n_words = 60_000
     zipf = 1.0 / np.arange(1, n_words + 1) ** 1.1
@@ -167,28 +194,65 @@ def make_corpus(raw: Path, pairs: int, seed: int, words_per_side: float, broken:
         lengths = rng.integers(2, 11, size=n_words)
         return ["".join(rng.choice(letters, size=k)) for k in lengths]
 
-    vocab = {"en": vocabulary("etaoinshrdlucmfwyp"), "de": vocabulary("enisratdhulcgmobwfkzä")}
+    vocab = [vocabulary(ALPHABETS[lang]) for lang in langs]
     chunk = 100_000
     utf8 = {"encoding": "utf-8", "errors": "surrogateescape"}  # \udcff: the lone byte 0xff
-    with open(raw / "train.en", "w", **utf8) as en, open(raw / "train.de", "w", **utf8) as de:
-        for start in range(0, pairs, chunk):
-            n = min(chunk, pairs - start)
-            src_len = np.clip(rng.normal(words_per_side, 9, size=n), 1, 120).astype(int)
-            tgt_len = np.clip(src_len * rng.uniform(0.8, 1.25, size=n), 1, 150).astype(int)
-            for lang, lens, handle in (("en", src_len, en), ("de", tgt_len, de)):
-                ids = rng.choice(n_words, size=int(lens.sum()), p=zipf).tolist()
-                words = vocab[lang]
-                out, pos = [], 0
-                for k in lens.tolist():
-                    out.append(" ".join([words[i] for i in ids[pos : pos + k]]))
-                    pos += k
-                for i in np.flatnonzero(rng.random(n) < broken).tolist():
-                    out[i] += " \udcff" if lang == "en" else " \x1b[0m"
-                handle.write("\n".join(out) + "\n")
-    for lang in ("en", "de"):
-        with open(raw / f"train.{lang}", **utf8) as src, open(raw / f"valid.{lang}", "w") as dst:
-            for _ in range(3000):
-                dst.write(src.readline().replace("\udcff", "").replace("\x1b[0m", ""))
+    for pairs, src_path, tgt_path in outputs:
+        with open(src_path, "w", **utf8) as src, open(tgt_path, "w", **utf8) as tgt:
+            for start in range(0, pairs, chunk):
+                n = min(chunk, pairs - start)
+                src_len = np.clip(rng.normal(words_per_side, 9, size=n), 1, 120).astype(int)
+                tgt_len = np.clip(src_len * rng.uniform(0.8, 1.25, size=n), 1, 150).astype(int)
+                for side, lens, handle in ((0, src_len, src), (1, tgt_len, tgt)):
+                    ids = rng.choice(n_words, size=int(lens.sum()), p=zipf).tolist()
+                    words = vocab[side]
+                    out, pos = [], 0
+                    for k in lens.tolist():
+                        out.append(" ".join([words[i] for i in ids[pos : pos + k]]))
+                        pos += k
+                    for i in np.flatnonzero(rng.random(n) < broken).tolist():
+                        out[i] += " \udcff" if side == 0 else " \x1b[0m"
+                    handle.write("\n".join(out) + "\n")
+
+
+def write_valid(train: tuple[Path, Path], valid: tuple[Path, Path], lines: int = 3000) -> None:
+    """The first ``lines`` training pairs, without their bad bytes, as the valid set."""
+    for src, dst in zip(train, valid, strict=True):
+        with open(src, encoding="utf-8", errors="surrogateescape") as i, open(dst, "w") as o:
+            for _ in range(lines):
+                o.write(i.readline().replace("\udcff", "").replace("\x1b[0m", ""))
+
+
+def en_fr_corpora(pairs: int) -> list[tuple[dict, int]]:
+    """The registry's WMT14 EN-FR training corpora, each with its share of ``pairs``."""
+    from transformer_nmt.data.registry import DEFAULT_REGISTRY, read_registry
+
+    corpora = read_registry(DEFAULT_REGISTRY)["wmt14_en_fr"]["pairs"]["en-fr"]["splits"]["train"]
+    total = sum(EN_FR_CORPUS_PAIRS.values())
+    shares = [pairs * EN_FR_CORPUS_PAIRS[c["name"]] // total for c in corpora]
+    shares[-1] += pairs - sum(shares)
+    return list(zip(corpora, shares, strict=True))
+
+
+def pack_archives(site: Path, members: list[tuple[dict, Path]]) -> None:
+    """Each generated file into the archive and member its registry side names: a gzip side
+    is compressed first; ``.tgz`` archives are gzipped tars, ``.tar`` plain ones. Level 1
+    compression (the benchmark's generation time; reading costs about the same at any level)."""
+    archives: dict[str, list[tuple[str, Path]]] = {}
+    for side, path in members:
+        if side["format"] == "gzip":
+            packed = path.with_name(Path(side["member"]).name)
+            with open(path, "rb") as i, gzip.open(packed, "wb", compresslevel=1) as o:
+                shutil.copyfileobj(i, o, 1 << 20)
+            path.unlink()
+            path = packed
+        archives.setdefault(side["file"], []).append((side["member"], path))
+    for name, files in archives.items():
+        level = {"compresslevel": 1} if name.endswith(".tgz") else {}
+        with tarfile.open(site / name, "w:gz" if level else "w", **level) as tar:
+            for member, path in files:
+                tar.add(path, arcname=member)
+                path.unlink()
 
 
 def write_token_arrays(bin_dir: Path, pairs: int, mean_tokens: float, vocab_size: int) -> int:
@@ -209,23 +273,30 @@ def write_token_arrays(bin_dir: Path, pairs: int, mean_tokens: float, vocab_size
 
 def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path]:
     """generate -> prepare -> spm-train -> encode; returns (stages, facts, bin_dir)."""
-    site, raw, data, spm_dir, bin_dir = (root / d for d in ("site", "raw", "data", "spm", "bin"))
+    site, raw, data, spm_dir = (root / d for d in ("site", "raw", "data", "spm"))
     site.mkdir()
-    print(f"generating {args.pairs:,} synthetic pairs ...", flush=True)
+    pair = args.layout
+    langs = tuple(pair.split("-"))
+    print(f"generating {args.pairs:,} synthetic {pair} pairs ...", flush=True)
     t0 = time.perf_counter()
-    make_corpus(site, args.pairs, seed=0, words_per_side=args.words, broken=args.broken)
-    with tarfile.open(site / ARCHIVE, "w") as tar:  # as WMT ships them: members of an archive
-        for lang in ("en", "de"):
-            tar.add(site / f"train.{lang}", arcname=f"training/synthetic.de-en.{lang}")
-            (site / f"train.{lang}").unlink()
-    facts: dict = {"generate_seconds": time.perf_counter() - t0}
 
     def side(file: str, member: str | None) -> dict:
         return {"file": file, "member": member, "format": "text"}
 
-    member = "training/synthetic.de-en.{}"
-    corpus = {"name": "synthetic", **{x: side(ARCHIVE, member.format(x)) for x in ("en", "de")}}
-    valid = {"name": "synthetic_valid", **{x: side(f"valid.{x}", None) for x in ("en", "de")}}
+    if pair == "en-fr":  # the registry's corpora, archives and members
+        shares = en_fr_corpora(args.pairs)
+        corpora = [corpus for corpus, _ in shares]
+    else:  # one corpus, members as in Europarl's tgz: training/<corpus>.de-en.<lang>
+        member = "training/synthetic.de-en.{}"
+        corpora = [{"name": "synthetic", **{x: side(ARCHIVE, member.format(x)) for x in langs}}]
+        shares = [(corpora[0], args.pairs)]
+    outputs = [(n, *(site / f"{c['name']}.{x}" for x in langs)) for c, n in shares]
+    make_corpus(outputs, langs, seed=0, words_per_side=args.words, broken=args.broken)
+    write_valid(outputs[0][1:], tuple(site / f"valid.{x}" for x in langs))
+    pack_archives(site, [(c[x], site / f"{c['name']}.{x}") for c in corpora for x in langs])
+    facts: dict = {"generate_seconds": time.perf_counter() - t0, "layout": pair}
+    facts["corpora"] = {c["name"]: n for c, n in shares}
+    valid = {"name": "synthetic_valid", **{x: side(f"valid.{x}", None) for x in langs}}
     py = [sys.executable, "-m", "transformer_nmt"]
     handler = functools.partial(_QuietHandler, directory=str(site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -235,7 +306,7 @@ def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path
         files = {f.name: {"url": f"{url}/{f.name}", "sha256": None} for f in site.iterdir()}
         registry = root / "datasets.yaml"
         registry.write_text(yaml.safe_dump({"synth": {"files": files, "pairs": {
-            "en-de": {"splits": {"train": [corpus], "valid": [valid]}}}}}))  # fmt: skip
+            pair: {"splits": {"train": corpora, "valid": [valid]}}}}}))  # fmt: skip
         stages = {}
         stages["download"] = run_stage(
             "download",
@@ -245,12 +316,13 @@ def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path
     finally:
         server.shutdown()
         server.server_close()
-    facts["archive_bytes"] = (raw / ARCHIVE).stat().st_size
+    archives = {c[x]["file"] for c in corpora for x in langs}
+    facts["archive_bytes"] = sum((raw / name).stat().st_size for name in archives)
     shutil.rmtree(site)
     stages["prepare"] = run_stage(
         "prepare",
         py
-        + ["prepare", "--registry", str(registry), "--dataset", "synth", "--pair", "en-de"]
+        + ["prepare", "--registry", str(registry), "--dataset", "synth", "--pair", pair]
         + ["--raw-dir", str(raw), "--out-dir", str(data)],
     )
     report = json.loads((data / "clean_report.json").read_text())
@@ -259,25 +331,31 @@ def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path
     stages["spm_train"] = run_stage(
         "spm-train",
         py
-        + ["spm-train", "--inputs", str(data / "train.en"), str(data / "train.de")]
+        + ["spm-train", "--inputs", *(str(data / f"train.{x}") for x in langs)]
         + ["--vocab-size", str(args.vocab_size), "--sample-sentences", str(args.spm_sample)]
         + ["--seed", "1", "--model-prefix", str(spm_dir / "spm")],
     )
-    texts = [str(data / f"{s}.{lang}") for s in ("train", "valid") for lang in ("en", "de")]
-    stages["encode"] = run_stage(
-        "encode",
-        py
-        + ["encode", "--spm-model", str(spm_dir / "spm.model"), "--inputs", *texts]
-        + ["--out-dir", str(bin_dir), "--workers", str(args.workers)],
-    )
+    texts = [str(data / f"{s}.{lang}") for s in ("train", "valid") for lang in langs]
+    counts = args.encode_workers or [args.workers]
+    for workers in counts:  # the last one's arrays feed the loaders
+        bin_dir = root / f"bin{workers}"
+        name = "encode" if len(counts) == 1 else f"encode_workers{workers}"
+        stages[name] = run_stage(
+            name,
+            py
+            + ["encode", "--spm-model", str(spm_dir / "spm.model"), "--inputs", *texts]
+            + ["--out-dir", str(bin_dir), "--workers", str(workers)],
+        )
+        facts[f"{name}_sentences_per_s"] = 2 * (kept + 3000) / stages[name]["seconds"]
+        if workers != counts[-1]:
+            shutil.rmtree(bin_dir)  # the disk: one set of arrays at a time
+    if len(counts) > 1:
+        first, last = (stages[f"encode_workers{w}"]["seconds"] for w in (counts[0], counts[-1]))
+        facts["encode_speedup"] = first / last
     facts["prepare_pairs_per_s"] = args.pairs / stages["prepare"]["seconds"]
     facts["download_mb_per_s"] = facts["archive_bytes"] / 1e6 / stages["download"]["seconds"]
-    facts["encode_sentences_per_s"] = 2 * (kept + 3000) / stages["encode"]["seconds"]
     facts["train_tokens_both_sides"] = int(
-        sum(
-            np.load(bin_dir / f"train.{lang}.tokens.npy", mmap_mode="r").shape[0]
-            for lang in ("en", "de")
-        )
+        sum(np.load(bin_dir / f"train.{x}.tokens.npy", mmap_mode="r").shape[0] for x in langs)
     )
     return stages, facts, bin_dir
 
@@ -285,16 +363,23 @@ def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=4_500_000)
+    parser.add_argument(
+        "--layout", choices=sorted(RECIPES), default="en-de",
+        help="en-de: one synthetic tar member per side; en-fr: WMT14 EN-FR's corpora, "
+        "archives and members from the package's registry, in their real proportions",
+    )  # fmt: skip
     parser.add_argument("--words", type=float, default=25.0, help="mean words per side")
     parser.add_argument("--vocab-size", type=int, default=37_000)
-    parser.add_argument(
-        "--spm-sample", type=int, default=recipe_spm_sample(), help="default: the recipe's"
-    )
+    parser.add_argument("--spm-sample", type=int, default=None, help="default: the recipe's")
     parser.add_argument(
         "--broken", type=float, default=0.0005,
         help="share of lines with bad bytes (English) or control characters (German)",
     )  # fmt: skip
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument(
+        "--encode-workers", type=lambda s: [int(x) for x in s.split(",")], default=None,
+        help="comma-separated worker counts: one encode stage each (default: --workers)",
+    )  # fmt: skip
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--loader-seconds", type=float, default=60.0)
     parser.add_argument(
@@ -313,6 +398,10 @@ def main() -> int:
     )
     parser.add_argument("--work-dir", default=None, help="default: a temporary directory")
     args = parser.parse_args()
+    if args.spm_sample is None:
+        args.spm_sample = recipe_spm_sample(args.layout)
+    if args.loader_only and args.layout != "en-de":
+        parser.error("--loader-only writes EN-DE-shaped arrays; leave --layout out")
 
     with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
         root = Path(tmp)
@@ -320,8 +409,10 @@ def main() -> int:
             bin_dir = root / "bin"
             tokens = write_token_arrays(bin_dir, args.pairs, 29.0, args.vocab_size)
             stages, facts = {}, {"train_tokens_both_sides": tokens}
+            langs = ["en", "de"]
         else:
             stages, facts, bin_dir = run_pipeline(args, root)
+        langs = args.layout.split("-")
         loaders = {}
         setups = [(args.max_tokens, 1, w) for w in (0, 2)]
         if args.feed:
@@ -333,7 +424,7 @@ def main() -> int:
             stages[name] = run_stage(
                 name,
                 [sys.executable, "-c", LOADER_SCRIPT, str(bin_dir), str(max_tokens)]
-                + [str(workers), str(args.loader_seconds), str(world)],
+                + [str(workers), str(args.loader_seconds), str(world), *langs],
             )
             loaders[name] = json.loads(stages[name].pop("stdout").strip().splitlines()[-1])
             # per process of the loader's tree (the main one and its workers)
@@ -368,11 +459,12 @@ def main() -> int:
 
     gib = 2**30
     tokens = results["train_tokens_both_sides"]
-    print(f"\nWMT14 EN-DE-shaped synthetic corpus: {args.pairs:,} pairs, {tokens:,} train tokens")
+    print(f"\nWMT14 {args.layout.upper()}-shaped synthetic corpus: {args.pairs:,} pairs, "
+          f"{tokens:,} train tokens")  # fmt: skip
     print(f"{'stage':<18}{'seconds':>9}{'peak PSS GiB':>14}{'anon GiB':>10}  throughput")
     for name, s in stages.items():
-        if name == "encode":
-            rate = f"{results['encode_sentences_per_s']:,.0f} sentences/s"
+        if name.startswith("encode"):
+            rate = f"{results[name + '_sentences_per_s']:,.0f} sentences/s"
         elif name == "prepare":
             rate = f"{results['prepare_pairs_per_s']:,.0f} pairs/s"
         elif name == "download":
@@ -398,8 +490,11 @@ def main() -> int:
     if "dropped" in results:
         print(f"train pairs dropped by reason: {results['dropped']}")
     mb = results["slurm_data_job_mem_mb"]
-    for name in ("download", "prepare", "spm_train", "encode"):
-        if name in stages:
+    if "encode_speedup" in results:
+        print(f"encode: {results['encode_speedup']:.2f}x faster with "
+              f"{args.encode_workers[-1]} workers than with {args.encode_workers[0]}")  # fmt: skip
+    for name in stages:
+        if not name.startswith(("loader", "feed")):
             peak = stages[name]["peak_pss"] / 2**20
             verdict = "fits" if peak < mb else "DOES NOT FIT"
             print(f"{name}: peak {peak:,.0f} MiB vs profiles/slurm mem_mb {mb:,}: {verdict}")
