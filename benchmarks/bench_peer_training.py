@@ -1,5 +1,5 @@
-"""Training throughput against a peer toolkit (eole, the successor of OpenNMT-py) on the same
-model shape, data, vocabulary, batch size and threads (issue 10).
+"""Training throughput against a peer toolkit (``--peer``: eole, the successor of OpenNMT-py,
+or fairseq) on the same model shape, data, vocabulary, batch size and threads (issues 10, 33).
 
 Data: the pipeline's own stages (Snakemake: download -> prepare -> spm-train -> encode) build
 Multi30k EN-DE as in ``config/config.yaml``. Ours trains on those token arrays; the peer reads
@@ -18,7 +18,21 @@ smoothing 0.1, Adam (0.9, 0.98), the §5.3 inverse-sqrt schedule (``--warmup``, 
 ``compute_dtype: bf16`` with its default ``use_amp``, torch's CPU autocast), ours with batch
 widths rounded up to ``--pad-multiple`` (default 1: as they come), ``--threads``
 intra-op threads (OMP/MKL variables and torch.set_num_threads through them), one process, no
-data-loader workers. The peer's settings are ``benchmarks/peers/eole_tiny.yaml``.
+data-loader workers. eole's settings are ``benchmarks/peers/eole_tiny.yaml``.
+
+fairseq (``--peer fairseq``, fairseq-fixed 0.12.3.1: 0.12.2 installable on Python 3.11) reads
+the same piece files binarised by ``fairseq-preprocess`` with a dictionary of our pieces in id
+order (``dict.txt``; our four specials are fairseq's own <s>, <pad>, </s>, <unk>, so the
+vocabulary is the same 8,000 entries) and trains ``--arch transformer`` at our shape
+(``fairseq_args``): pre-LN (``--encoder/decoder-normalize-before``), all embeddings shared,
+sinusoidal positions, dropout 0.1 on the residual paths and embeddings only, Adam (0.9, 0.98,
+eps 1e-9), the same schedule (``inverse_sqrt`` with ``--warmup-init-lr 0`` and ``--lr`` set to
+ours at the end of warmup: identical at every step), ``--max-tokens`` with our meaning
+(batch size x longest side, padding counted), fp32 on the CPU. Where it cannot match: its
+attention projections have biases (ours none: ~9k more parameters), LayerNorm epsilon 1e-5,
+label smoothing spread over the V - 1 wrong classes (torch's over all V; at V = 8,000 the
+same to 1e-4 of the loss). Its loss is logged in bits and is converted to nats here.
+``--peer-workers`` sets its DataLoader workers (fairseq's default is 1).
 
 Each run trains ``--steps`` updates from scratch, as a fresh process, and logs every
 ``--log-every`` updates; ours (``python -m transformer_nmt train``, what the pipeline runs) and
@@ -34,14 +48,15 @@ token in nats (both toolkits use the same definition,
 ``torch.nn.functional.cross_entropy(label_smoothing=0.1)``) of the last window, i.e. after the
 same number of updates; the real target tokens per batch are reported for both, so "after the
 same number of tokens" can be checked. Printed: a line per run, the medians over runs and the
-ratios ours / peer; written: ``benchmarks/out/peer_training_eole.json`` with the load average,
-machine and date.
+ratios ours / peer; written: ``benchmarks/out/peer_training_<peer>.json`` with the load
+average, machine and date.
 
 The peer lives in its own virtual environment (``--peer-venv``, default
-``benchmarks/.venv-peer-eole``, gitignored), never in the project's dependencies; create it with
-``benchmarks/peers/install_eole.sh``.
+``benchmarks/.venv-peer-<peer>``, gitignored), never in the project's dependencies; create it
+with ``benchmarks/peers/install_<peer>.sh``.
 
-Usage: ``python benchmarks/bench_peer_training.py [--steps 150] [--runs 3] [--log-every 25]``
+Usage: ``python benchmarks/bench_peer_training.py [--peer fairseq] [--steps 150] [--runs 3]
+[--log-every 25]``
 (run from the repository root, in the project's environment, with ``PYTHONPATH=src``).
 """
 
@@ -50,6 +65,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import platform
 import re
@@ -80,6 +96,14 @@ EOLE_LINE = re.compile(
     r"Step\s+(\d+)/\s*\d+; .*?xent: ([0-9.]+);.*?bsz:\s*([0-9.]+)/\s*([0-9.]+)/\s*([0-9.]+);"
     r"\s*([0-9.]+)/\s*([0-9.]+) tok/s"
 )
+# "... | train_inner | epoch 001:  25 / 113 loss=9.9, nll_loss=9.8, ppl=892, wps=2282.4, ups=1.2,
+#  wpb=1878.6, bsz=61.2, num_updates=25, ..." (loss in bits per target token)
+FAIRSEQ_LINE = re.compile(
+    r"\| train_inner \| .*?\bloss=([0-9.]+),.*?\bwps=([0-9.]+),.*?\bwpb=([0-9.]+),"
+    r".*?\bnum_updates=(\d+)"
+)
+FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # its Dictionary's own first four entries
+PEER_PROGRAMS = {"eole": "eole", "fairseq": "fairseq-train"}
 
 
 # --- data: the pipeline's arrays, and the same ids as pieces for the peer -----------------------
@@ -122,7 +146,30 @@ def write_peer_data(paths: dict[str, Any], out: Path) -> dict[str, Any]:
     # Every piece, in id order; the count column only documents the corpus (no filtering).
     vocab = out / "vocab.txt"
     vocab.write_text("".join(f"{n}\t{c}\n" for n, c in zip(names, counts, strict=True)), "utf-8")
-    return {"vocab": vocab, "vocab_size": len(names), "sentences": sizes}
+    # fairseq's: "piece count" lines after its own four specials (ours under the same names)
+    if sorted(FAIRSEQ_SPECIALS) != sorted(n for n in names if n in FAIRSEQ_SPECIALS):
+        sys.exit(f"{paths['spm']}: expected the specials {FAIRSEQ_SPECIALS} among the pieces")
+    rows = [(n, c) for n, c in zip(names, counts, strict=True) if n not in FAIRSEQ_SPECIALS]
+    fairseq_dict = out / "dict.txt"
+    fairseq_dict.write_text("".join(f"{n} {max(c, 1)}\n" for n, c in rows), "utf-8")
+    return {"vocab": vocab, "vocab_size": len(names), "sentences": sizes, "dict": fairseq_dict}
+
+
+def fairseq_binarise(args, data: dict[str, Any], dest: Path) -> Path:
+    """fairseq-preprocess of the piece files with our dictionary on both sides."""
+    cmd = [
+        str(args.peer_venv / "bin" / "fairseq-preprocess"),
+        "--source-lang", data["src"], "--target-lang", data["tgt"],
+        "--trainpref", str(data["dir"] / "train"), "--destdir", str(dest),
+        "--srcdict", str(data["dict"]), "--tgtdict", str(data["dict"]),
+        "--workers", str(args.threads),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=thread_env(args.threads))
+    if proc.returncode != 0:
+        sys.exit(f"fairseq-preprocess failed:\n{proc.stderr[-3000:]}")
+    if f"[{data['src']}] Dictionary: {data['vocab_size']} types" not in proc.stderr + proc.stdout:
+        sys.exit(f"fairseq's dictionary is not our {data['vocab_size']} pieces:\n{proc.stderr}")
+    return dest
 
 
 # --- runs ---------------------------------------------------------------------------------------
@@ -169,6 +216,45 @@ def run_ours(args, paths: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     tgt_per_batch = summary["train_tokens_this_job"]["tgt"] / summary["final_step"]
     for w in windows:  # our log has no per-window token count: the run's mean batch
         w["tgt_tokens"] = tgt_per_batch * args.log_every
+    return summarise(windows, cpu, args, tgt_per_batch)
+
+
+def fairseq_args(args, data: dict[str, Any], bin_dir: Path) -> list[str]:
+    """``fairseq-train`` at our ``tiny`` shape and training settings (see the module doc)."""
+    d_model, warmup = 256, args.warmup
+    peak_lr = args.lr_scale * d_model**-0.5 * warmup**-0.5  # ours (§5.3) at step = warmup
+    shape = ["--encoder-layers", "3", "--decoder-layers", "3"]
+    for side in ("encoder", "decoder"):
+        shape += [f"--{side}-embed-dim", str(d_model), f"--{side}-ffn-embed-dim", "1024",
+                  f"--{side}-attention-heads", "4", f"--{side}-normalize-before"]  # fmt: skip
+    return [
+        str(bin_dir), "--task", "translation", "--source-lang", data["src"],
+        "--target-lang", data["tgt"], "--arch", "transformer", "--share-all-embeddings", *shape,
+        "--dropout", "0.1", "--attention-dropout", "0", "--activation-dropout", "0",
+        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9",
+        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(warmup),
+        "--warmup-init-lr", "0", "--lr", repr(peak_lr), "--clip-norm", "0",
+        "--max-tokens", str(args.max_tokens), "--required-batch-size-multiple", "1",
+        "--max-update", str(args.steps), "--log-interval", str(args.log_every),
+        "--log-format", "simple", "--cpu", "--no-save", "--disable-validation",
+        "--num-workers", str(args.peer_workers), "--seed", "1",
+    ]  # fmt: skip
+
+
+def run_fairseq(args, train_args: list[str], run_dir: Path) -> dict[str, Any]:
+    cmd = [str(args.peer_venv / "bin" / "fairseq-train"), *train_args]
+    log, cpu = run(cmd, run_dir, args.threads, FAIRSEQ_LINE)
+    windows = [
+        {
+            "step": int(m[4]),
+            "loss": float(m[1]) * math.log(2),  # bits -> nats
+            "tgt_tokens_per_s": float(m[2]),
+            "tgt_tokens": float(m[3]) * args.log_every,  # mean target tokens/batch x batches
+        }
+        for m in FAIRSEQ_LINE.finditer(log)
+    ]
+    tgt_per_batch = sum(w["tgt_tokens"] for w in windows) / max(windows[-1]["step"], 1)
     return summarise(windows, cpu, args, tgt_per_batch)
 
 
@@ -278,14 +364,14 @@ def peer_config(args, data: dict[str, Any], work: Path) -> dict[str, Any]:
     return cfg
 
 
-def peer_version(venv: Path) -> str:
+def peer_version(venv: Path, package: str = "eole") -> str:
     proc = subprocess.run(
         [str(venv / "bin" / "python"), "-c",
-         "import importlib.metadata as m; print(m.version('eole'), m.version('torch'))"],
+         f"import importlib.metadata as m; print(m.version({package!r}), m.version('torch'))"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    eole, torch = proc.stdout.split()
-    return f"eole {eole} (torch {torch})"
+    version, torch = proc.stdout.split()
+    return f"{package} {version} (torch {torch})"
 
 
 def main() -> int:
@@ -305,14 +391,26 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=100, help="§5.3 warmup steps (demo: 100)")
     parser.add_argument("--lr-scale", type=float, default=0.5, help="schedule scale (demo: 0.5)")
-    parser.add_argument("--peer-venv", type=Path, default=REPO / "benchmarks" / ".venv-peer-eole")
+    parser.add_argument("--peer", choices=sorted(PEER_PROGRAMS), default="eole")
+    parser.add_argument("--peer-venv", type=Path, help="default benchmarks/.venv-peer-<peer>")
+    parser.add_argument(
+        "--peer-workers", type=int, default=1,
+        help="fairseq's DataLoader workers (--num-workers; its default 1)",
+    )  # fmt: skip
     parser.add_argument("--data-mirror", default=os.environ.get("TRANSFORMER_NMT_MIRROR"))
-    parser.add_argument("--out", type=Path, default=OUT / "peer_training_eole.json")
+    parser.add_argument("--out", type=Path, help="default benchmarks/out/peer_training_<peer>.json")
     args = parser.parse_args()
     if args.steps < 2 * args.log_every:
         parser.error("--steps must be at least two log windows (the first is left out)")
-    if not (args.peer_venv / "bin" / "eole").exists():
-        sys.exit(f"{args.peer_venv}: no eole there; run benchmarks/peers/install_eole.sh")
+    if args.peer == "fairseq" and args.precision != "fp32":
+        parser.error("fairseq has no CPU autocast (its --amp is CUDA's, --bf16 trains bf16 "
+                     "weights): compare it in fp32")  # fmt: skip
+    args.peer_venv = args.peer_venv or REPO / "benchmarks" / f".venv-peer-{args.peer}"
+    args.out = args.out or OUT / f"peer_training_{args.peer}.json"
+    program = args.peer_venv / "bin" / PEER_PROGRAMS[args.peer]
+    if not program.exists():
+        sys.exit(f"{args.peer_venv}: no {program.name} there; run "
+                 f"benchmarks/peers/install_{args.peer}.sh")  # fmt: skip
 
     config_path = REPO / "config" / "config.yaml"
     _, exp = load_experiment(config_path, EXPERIMENT)
@@ -324,7 +422,10 @@ def main() -> int:
     data = write_peer_data(paths, work / "data")
     data.update(dir=work / "data", src=paths["src"], tgt=paths["tgt"])
     cfg_path = work / "eole_tiny.yaml"
-    cfg_path.write_text(yaml.safe_dump(peer_config(args, data, work), sort_keys=False), "utf-8")
+    if args.peer == "eole":
+        cfg_path.write_text(yaml.safe_dump(peer_config(args, data, work), sort_keys=False), "utf-8")
+    else:
+        train_args = fairseq_args(args, data, fairseq_binarise(args, data, work / "fairseq_bin"))
 
     load_before = os.getloadavg()
     results: dict[str, list[dict[str, Any]]] = {"ours": [], "peer": []}
@@ -336,6 +437,8 @@ def main() -> int:
             started = time.perf_counter()
             if who == "ours":
                 row = run_ours(args, paths, run_dir)
+            elif args.peer == "fairseq":
+                row = run_fairseq(args, train_args, run_dir)
             else:
                 shutil.rmtree(work / "eole_model", ignore_errors=True)
                 row = run_peer(args, cfg_path, run_dir)
@@ -362,7 +465,7 @@ def main() -> int:
     }
     ratio = med["ours"]["tgt_tokens_per_s"] / med["peer"]["tgt_tokens_per_s"]
     cpu_ratio = med["ours"]["tgt_tokens_per_cpu_s"] / med["peer"]["tgt_tokens_per_cpu_s"]
-    peer = peer_version(args.peer_venv)
+    peer = peer_version(args.peer_venv, "fairseq-fixed" if args.peer == "fairseq" else "eole")
     print(f"\nmedian of {args.runs} runs, {args.steps} updates of {args.max_tokens} tokens, "
           f"{args.threads} threads, {args.precision}; peer {peer}")  # fmt: skip
     print(f"{'':<6} {'tgt tok/s':>10} {'per CPU-s':>10} {'loss@' + str(args.steps):>10} "

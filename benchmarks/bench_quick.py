@@ -11,6 +11,9 @@ parts' separate runs: the demo ~9, CTranslate2 ~4, eole ~12):
 3. **Training against eole**: ``bench_peer_training.py`` in fp32 and bf16 (the peer's own
    virtual environment, ``benchmarks/peers/install_eole.sh``; skipped with that advice when it
    is missing). Record ``peer_training_<machine>``.
+4. **Training against fairseq**: the same in fp32 (fairseq has no CPU autocast), its virtual
+   environment from ``benchmarks/peers/install_fairseq.sh``. Record
+   ``peer_training_fairseq_<machine>``.
 
 ``<machine>`` names the CPU class the figures belong to (``machine_key``): ``xeon_amx``,
 ``epyc``, ... A record already there keeps its ``claims`` (the sentences of README.md and
@@ -23,7 +26,8 @@ The long comparisons are not rerun here; ``--list`` prints them with their comma
 durations on 2 cores (``LONG``).
 
     make bench ARGS="--mirror ../shared/data"      # or:
-    python benchmarks/bench_quick.py [--mirror ../shared/data] [--only demo ct2 peer] [--list]
+    python benchmarks/bench_quick.py [--mirror ../shared/data] [--only demo ct2 peer fairseq]
+                                     [--list]
 """
 
 from __future__ import annotations
@@ -47,7 +51,12 @@ from stage_process import machine
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "benchmarks"
-PARTS = ("demo", "ct2", "peer")
+PARTS = ("demo", "ct2", "peer", "fairseq")
+# part -> (peer toolkit, its program in the venv, precisions compared, record name prefix)
+PEER_PARTS = {
+    "peer": ("eole", "eole", ("fp32", "bf16"), "peer_training"),
+    "fairseq": ("fairseq", "fairseq-train", ("fp32",), "peer_training_fairseq"),
+}
 
 LONG = [
     ("the CPU recipe, whole DAG (issue 36)", "~60 min",
@@ -169,35 +178,36 @@ def run_ct2(model: dict[str, Path], out_dir: Path) -> dict[str, Any]:
     }
 
 
-def run_peer(out_dir: Path, mirror: Path | None) -> dict[str, Any] | None:
-    venv = BENCH / ".venv-peer-eole"
-    if not (venv / "bin" / "eole").exists():
-        print(f"[peer] skipped: no eole in {venv}; run benchmarks/peers/install_eole.sh")
+def run_peer(part: str, out_dir: Path, mirror: Path | None) -> dict[str, Any] | None:
+    name, program, precisions, _ = PEER_PARTS[part]
+    venv = BENCH / f".venv-peer-{name}"
+    if not (venv / "bin" / program).exists():
+        print(f"[{part}] skipped: no {name} in {venv}; run benchmarks/peers/install_{name}.sh")
         return None
     values = {}
-    for precision in ("fp32", "bf16"):
-        out = out_dir / f"peer_{precision}.json"
-        cmd = [sys.executable, str(BENCH / "bench_peer_training.py"), "--steps", "100",
-               "--runs", "2", "--log-every", "25", "--precision", precision,
+    for precision in precisions:
+        out = out_dir / f"{part}_{precision}.json"
+        cmd = [sys.executable, str(BENCH / "bench_peer_training.py"), "--peer", name,
+               "--steps", "100", "--runs", "2", "--log-every", "25", "--precision", precision,
                "--out", str(out)]  # fmt: skip
         if mirror is not None:
             cmd += ["--data-mirror", str(mirror)]
-        print(f"[peer] {precision}", flush=True)
+        print(f"[{part}] {precision}", flush=True)
         subprocess.run(cmd, check=True, env=_python_env())
         result = json.loads(out.read_text(encoding="utf-8"))
         values[f"ours_{precision}"] = round(result["median"]["ours"]["tgt_tokens_per_s"])
-        values[f"eole_{precision}"] = round(result["median"]["peer"]["tgt_tokens_per_s"])
+        values[f"{name}_{precision}"] = round(result["median"]["peer"]["tgt_tokens_per_s"])
         values[f"ours_loss_{precision}"] = round(result["median"]["ours"]["final_loss"], 3)
-        values[f"eole_loss_{precision}"] = round(result["median"]["peer"]["final_loss"], 3)
+        values[f"{name}_loss_{precision}"] = round(result["median"]["peer"]["final_loss"], 3)
         peer = result["peer"]
     return {
         "values": values,
-        "derived": {f"ratio_{p}": [f"ours_{p}", "/", f"eole_{p}"] for p in ("fp32", "bf16")},
+        "derived": {f"ratio_{p}": [f"ours_{p}", "/", f"{name}_{p}"] for p in precisions},
         "what": f"training the tiny shape (d_model 256, pre-LN) on the demo's data, target "
         f"tokens/s, ours against {peer} on the same model, data, batch and threads; loss after "
         "100 updates",
-        "command": "python benchmarks/bench_peer_training.py --steps 100 --runs 2 --log-every 25 "
-        "--precision fp32|bf16 --data-mirror MIRROR",
+        "command": f"python benchmarks/bench_peer_training.py --peer {name} --steps 100 --runs 2 "
+        f"--log-every 25 --precision {'|'.join(precisions)} --data-mirror MIRROR",
         "runs": 2,
         "spread": "medians of 2 runs per side, alternating order",
     }
@@ -279,11 +289,12 @@ def main() -> int:
             if "ct2" in args.only:
                 write_record(f"ct2_best_{key}", run_ct2(demo["model"], root), info)
                 written.append(f"ct2_best_{key}")
-        if "peer" in args.only:
-            peer = run_peer(root, mirror)
+        for part in PEER_PARTS:
+            peer = run_peer(part, root, mirror) if part in args.only else None
             if peer is not None:
-                write_record(f"peer_training_{key}", peer, info)
-                written.append(f"peer_training_{key}")
+                record = f"{PEER_PARTS[part][3]}_{key}"
+                write_record(record, peer, info)
+                written.append(record)
     return report_claims(written)
 
 
