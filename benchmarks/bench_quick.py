@@ -1,6 +1,6 @@
 """``make bench``: the quick set of the project's headline comparisons, rerun on this machine
-and written as records (issue 33 item 6). About 25 minutes on 2 cores (estimated from the
-parts' separate runs: the demo ~9, CTranslate2 ~4, eole ~12):
+and written as records (issue 33 item 6). About 36 minutes on 2 cores (estimated from the
+parts' separate runs: the demo ~9, CTranslate2 ~4, eole ~12, fairseq ~11):
 
 1. **The demo**: ``config/config.yaml``'s whole DAG in a fresh working directory (the data from
    ``--mirror``): minutes, training seconds and target tokens/s, peak RSS, sacreBLEU, chrF and
