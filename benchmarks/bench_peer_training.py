@@ -184,7 +184,10 @@ def thread_env(threads: int) -> dict[str, str]:
 
 
 def run_ours(args, paths: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    model = {"preset": "tiny", "overrides": {"norm_first": True}}
+    model = {
+        "preset": "tiny",
+        "overrides": {"norm_first": True, "p_drop_relu": args.ours_relu_dropout},
+    }
     train = {
         "max_steps": args.steps,
         "max_tokens": args.max_tokens,
@@ -388,6 +391,11 @@ def main() -> int:
     parser.add_argument(
         "--precision", choices=sorted(PRECISIONS), default="fp32",
         help="both sides: fp32, or bf16 autocast (fp32 weights)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ours-relu-dropout", type=float, default=0.0,
+        help="ours: dropout after the FFN's ReLU (model.p_drop_relu; 0 as the demo). eole "
+        "applies its dropout there too (dropout_1 of its MLP): 0.1 gives ours eole's placement",
     )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=100, help="§5.3 warmup steps (demo: 100)")
     parser.add_argument("--lr-scale", type=float, default=0.5, help="schedule scale (demo: 0.5)")
