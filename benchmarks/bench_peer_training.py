@@ -224,12 +224,15 @@ def run_ours(args, paths: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 def fairseq_args(args, data: dict[str, Any], bin_dir: Path) -> list[str]:
     """``fairseq-train`` at our ``tiny`` shape and training settings (see the module doc)."""
-    d_model, warmup = 256, args.warmup
-    peak_lr = args.lr_scale * d_model**-0.5 * warmup**-0.5  # ours (§5.3) at step = warmup
-    shape = ["--encoder-layers", "3", "--decoder-layers", "3"]
+    from transformer_nmt.model.config import get_preset
+
+    tiny, warmup = get_preset("tiny"), args.warmup
+    peak_lr = args.lr_scale * tiny.d_model**-0.5 * warmup**-0.5  # ours (§5.3) at step = warmup
+    shape = ["--encoder-layers", str(tiny.N), "--decoder-layers", str(tiny.N)]
     for side in ("encoder", "decoder"):
-        shape += [f"--{side}-embed-dim", str(d_model), f"--{side}-ffn-embed-dim", "1024",
-                  f"--{side}-attention-heads", "4", f"--{side}-normalize-before"]  # fmt: skip
+        shape += [f"--{side}-embed-dim", str(tiny.d_model), f"--{side}-ffn-embed-dim",
+                  str(tiny.d_ff), f"--{side}-attention-heads", str(tiny.h),
+                  f"--{side}-normalize-before"]  # fmt: skip
     return [
         str(bin_dir), "--task", "translation", "--source-lang", data["src"],
         "--target-lang", data["tgt"], "--arch", "transformer", "--share-all-embeddings", *shape,
