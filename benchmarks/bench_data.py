@@ -19,7 +19,8 @@ drop them at will, so the anonymous part is reported too.
 ``--layout en-fr`` splits the pairs among the WMT14 EN-FR training corpora in their real
 proportions and archives, as the package's registry names them (Gigaword's gzip members in a
 plain tar, UN, Common Crawl, Europarl and News Commentary as tgz members). ``--encode-workers
-1,2`` runs the encode stage once per worker count (the speed-up of the cores it is given).
+1,2`` and ``--prepare-workers 1,2`` run the encode or prepare stage once per worker count (the
+speed-up of the cores it is given; outputs are checked to be byte-identical).
 
 Prints a table and writes benchmarks/out/data.json. Targets (issue 3): encode < 2 GiB, loader
 < 1 GiB, loader tokens/s far above the ~300k tokens/s one H100 trains on. Issue 18: every data
@@ -271,6 +272,12 @@ def write_token_arrays(bin_dir: Path, pairs: int, mean_tokens: float, vocab_size
     return total
 
 
+def _speedup(stages: dict, stage: str, workers: list[int]) -> float:
+    """How many times faster ``stage`` ran with the last worker count than with the first."""
+    first, last = (stages[f"{stage}_workers{w}"]["seconds"] for w in (workers[0], workers[-1]))
+    return first / last
+
+
 def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path]:
     """generate -> prepare -> spm-train -> encode; returns (stages, facts, bin_dir)."""
     site, raw, data, spm_dir = (root / d for d in ("site", "raw", "data", "spm"))
@@ -319,12 +326,25 @@ def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path
     archives = {c[x]["file"] for c in corpora for x in langs}
     facts["archive_bytes"] = sum((raw / name).stat().st_size for name in archives)
     shutil.rmtree(site)
-    stages["prepare"] = run_stage(
-        "prepare",
-        py
-        + ["prepare", "--registry", str(registry), "--dataset", "synth", "--pair", pair]
-        + ["--raw-dir", str(raw), "--out-dir", str(data)],
-    )
+    counts = args.prepare_workers or [args.workers]
+    for workers in counts:  # the last one's text feeds the later stages
+        name = "prepare" if len(counts) == 1 else f"prepare_workers{workers}"
+        out = data if workers == counts[-1] else root / f"data{workers}"
+        stages[name] = run_stage(
+            name,
+            py
+            + ["prepare", "--registry", str(registry), "--dataset", "synth", "--pair", pair]
+            + ["--raw-dir", str(raw), "--out-dir", str(out), "--workers", str(workers)],
+        )
+        facts[f"{name}_pairs_per_s"] = args.pairs / stages[name]["seconds"]
+    if len(counts) > 1:
+        for workers in counts[:-1]:  # the outputs do not depend on the workers
+            other = root / f"data{workers}"
+            for path in sorted(data.iterdir()):
+                if path.read_bytes() != (other / path.name).read_bytes():
+                    raise SystemExit(f"prepare with {workers} workers wrote another {path.name}")
+            shutil.rmtree(other)
+        facts["prepare_speedup"] = _speedup(stages, "prepare", counts)
     report = json.loads((data / "clean_report.json").read_text())
     facts["kept_after_cleaning"] = kept = report["splits"]["train"]["kept"]
     facts["dropped"] = report["splits"]["train"]["dropped"]
@@ -350,9 +370,7 @@ def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path
         if workers != counts[-1]:
             shutil.rmtree(bin_dir)  # the disk: one set of arrays at a time
     if len(counts) > 1:
-        first, last = (stages[f"encode_workers{w}"]["seconds"] for w in (counts[0], counts[-1]))
-        facts["encode_speedup"] = first / last
-    facts["prepare_pairs_per_s"] = args.pairs / stages["prepare"]["seconds"]
+        facts["encode_speedup"] = _speedup(stages, "encode", counts)
     facts["download_mb_per_s"] = facts["archive_bytes"] / 1e6 / stages["download"]["seconds"]
     facts["train_tokens_both_sides"] = int(
         sum(np.load(bin_dir / f"train.{x}.tokens.npy", mmap_mode="r").shape[0] for x in langs)
@@ -379,6 +397,10 @@ def main() -> int:
     parser.add_argument(
         "--encode-workers", type=lambda s: [int(x) for x in s.split(",")], default=None,
         help="comma-separated worker counts: one encode stage each (default: --workers)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--prepare-workers", type=lambda s: [int(x) for x in s.split(",")], default=None,
+        help="comma-separated worker counts: one prepare stage each (default: --workers)",
     )  # fmt: skip
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--loader-seconds", type=float, default=60.0)
@@ -465,8 +487,8 @@ def main() -> int:
     for name, s in stages.items():
         if name.startswith("encode"):
             rate = f"{results[name + '_sentences_per_s']:,.0f} sentences/s"
-        elif name == "prepare":
-            rate = f"{results['prepare_pairs_per_s']:,.0f} pairs/s"
+        elif name.startswith("prepare"):
+            rate = f"{results[name + '_pairs_per_s']:,.0f} pairs/s"
         elif name == "download":
             rate = f"{results['download_mb_per_s']:,.0f} MB/s (127.0.0.1), sha256 pinned"
         elif name in results["loaders"]:
@@ -490,9 +512,10 @@ def main() -> int:
     if "dropped" in results:
         print(f"train pairs dropped by reason: {results['dropped']}")
     mb = results["slurm_data_job_mem_mb"]
-    if "encode_speedup" in results:
-        print(f"encode: {results['encode_speedup']:.2f}x faster with "
-              f"{args.encode_workers[-1]} workers than with {args.encode_workers[0]}")  # fmt: skip
+    for stage, workers in (("prepare", args.prepare_workers), ("encode", args.encode_workers)):
+        if f"{stage}_speedup" in results:
+            print(f"{stage}: {results[stage + '_speedup']:.2f}x faster with {workers[-1]} "
+                  f"workers than with {workers[0]}")  # fmt: skip
     for name in stages:
         if not name.startswith(("loader", "feed")):
             peak = stages[name]["peak_pss"] / 2**20

@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import io
 import json
+import pickle
 import tarfile
 from pathlib import Path
 
@@ -17,9 +18,11 @@ import pytest
 import yaml
 
 from transformer_nmt.cli import main
+from transformer_nmt.data import prepare, splits
 from transformer_nmt.data.clean import CleanConfig
 from transformer_nmt.data.prepare import prepare_pair
-from transformer_nmt.data.registry import get_dataset
+from transformer_nmt.data.readers import InvalidLine, decode_block
+from transformer_nmt.data.registry import Side, get_dataset
 from transformer_nmt.errors import ConfigError, DataError
 
 
@@ -236,6 +239,95 @@ def test_rules_can_be_switched_off_and_max_sentences_cuts_every_split(wmt_toy, t
     assert len(_read(tmp_path / "b" / "valid.de")) == 2
 
 
+def _outputs(out: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(out.iterdir())}
+
+
+@pytest.mark.parametrize("chunk", [1, 3, prepare.CHUNK_PAIRS])
+def test_outputs_do_not_depend_on_workers_or_chunks(wmt_toy, tmp_path, monkeypatch, chunk):
+    # the parent cuts the corpora into chunks: a pair, a few, one chunk per corpus
+    monkeypatch.setattr(prepare, "CHUNK_PAIRS", chunk)
+    monkeypatch.setattr(splits, "OVERLAP_CHUNK_LINES", chunk)
+    dataset, raw = wmt_toy
+    no_dedupe = CleanConfig(dedupe=False, max_invalid_share=0.2)
+    for name, rules in (("rules", RULES), ("budget", CleanConfig(max_sentences=5)),
+                        ("no_dedupe", no_dedupe)):  # fmt: skip
+        reports = [
+            prepare_pair(dataset, "en-de", raw, tmp_path / f"{name}{w}", rules, workers=w)
+            for w in (1, 2)
+        ]
+        assert reports[0] == reports[1]
+        assert _outputs(tmp_path / f"{name}1") == _outputs(tmp_path / f"{name}2")
+    assert _read(tmp_path / "rules2" / "train.en") == [
+        "Resumption of the session",
+        "I declare resumed the session.",
+        "Please rise for a minute of silence.",
+        "A new pair from the second corpus",
+        "Trailing tab",
+    ]
+    assert reports[1]["splits"]["train"]["corpora"]["giga"]["modified"] == {"tabs": 1}
+    budget = json.loads((tmp_path / "budget2" / "clean_report.json").read_text())
+    assert budget["splits"]["train"]["corpora"]["europarl_v7"]["read"] == 5
+    assert budget["splits"]["train"]["corpora"]["giga"]["read"] == 0  # never opened
+    assert len(_read(tmp_path / "no_dedupe2" / "train.en")) == 8
+
+
+def test_sgml_training_corpus_is_read_by_segments(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare, "CHUNK_PAIRS", 2)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    segments_en = ["One pair", "Two  pairs ", "Three pairs", "Four"]
+    segments_de = ["Ein Paar", "Zwei Paare", "Drei Paare", "Vier"]
+    (raw / "t.en.sgm").write_bytes(_sgml("en", segments_en))
+    (raw / "t.de.sgm").write_bytes(_sgml("de", segments_de))
+    corpus = {"name": "t", "en": _side("t.en.sgm", None, "sgml"),
+              "de": _side("t.de.sgm", None, "sgml")}  # fmt: skip
+    dataset = get_dataset(_write_registry(raw, {"train": [corpus], "valid": [corpus]}, []),
+                          "wmt_toy")  # fmt: skip
+    report = prepare_pair(dataset, "en-de", raw, tmp_path / "out", CleanConfig(), workers=2)
+    assert _read(tmp_path / "out" / "train.en") == ["One pair", "Two pairs", "Three pairs", "Four"]
+    assert _read(tmp_path / "out" / "train.de") == segments_de
+    assert report["splits"]["train"]["read"] == 4
+
+
+def test_an_error_in_a_worker_process_names_the_file_and_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare, "CHUNK_PAIRS", 2)  # line 5 is decoded in the third job
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "train.tsv").write_bytes(_lines("a\tA", "b\tB", "c\tC", "d\tD", "e E", "f\tF"))
+    corpus = {"name": "t", "en": {**_side("train.tsv", None, "tsv"), "column": 0},
+              "de": {**_side("train.tsv", None, "tsv"), "column": 1}}  # fmt: skip
+    valid = {"name": "v", "en": _side("train.tsv", None, "text"),
+             "de": _side("train.tsv", None, "text")}  # fmt: skip
+    dataset = get_dataset(_write_registry(raw, {"train": [corpus], "valid": [valid]}, []),
+                          "wmt_toy")  # fmt: skip
+    out = tmp_path / "out"
+    with pytest.raises(DataError, match=r"raw/train\.tsv: line 5: expected source<TAB>target"):
+        prepare_pair(dataset, "en-de", raw, out, CleanConfig(), workers=2)
+    assert list(out.iterdir()) == []
+
+
+def test_decode_block_keeps_lines_numbers_and_bad_bytes():
+    text = Side("f", None, "text", None)
+    assert decode_block(b"", 1, text, "f", False) == []
+    assert decode_block(b"a\r\n\nb", 1, text, "f", False) == ["a", "", "b"]
+    lenient = decode_block(b"ok\ncaf\xe9\nfine\n", 10, text, "f", True)
+    assert lenient == ["ok", "caf\ufffd", "fine"]
+    assert isinstance(lenient[1], InvalidLine) and lenient[1].number == 11
+    assert not isinstance(lenient[0], InvalidLine)
+    with pytest.raises(DataError, match=r"^f: line 11: invalid UTF-8 \(byte 4: b'\\xe9'\)$"):
+        decode_block(b"ok\ncaf\xe9\n", 10, text, "f", False)
+    tsv = Side("f", None, "tsv", 1)
+    assert decode_block(b"a\tb\nc\td\n", 1, tsv, "f", False) == ["b", "d"]
+    with pytest.raises(DataError, match=r"^f: line 2: expected source<TAB>target"):
+        decode_block(b"a\tb\nc d\n", 1, tsv, "f", False)
+
+
+def test_invalid_lines_reach_worker_processes_with_their_number():
+    line = pickle.loads(pickle.dumps(InvalidLine("caf\ufffd", 7)))
+    assert isinstance(line, InvalidLine) and (line, line.number) == ("caf\ufffd", 7)
+
+
 def test_cli_prepare_with_clean_json(wmt_toy, tmp_path, capsys):
     dataset, raw = wmt_toy
     reg = raw.parent / "datasets.yaml"
@@ -335,7 +427,11 @@ def test_training_pairs_that_are_not_text_are_dropped_and_counted(tmp_path):
     assert len(kept_en) == len(_read(tmp_path / "out" / "train.de")) == 198
 
 
-def test_too_many_broken_training_pairs_stop_the_stage_naming_the_file(tmp_path):
+@pytest.mark.parametrize("chunk", [2, prepare.CHUNK_PAIRS])
+def test_too_many_broken_training_pairs_stop_the_stage_naming_the_file(
+    tmp_path, monkeypatch, chunk
+):
+    monkeypatch.setattr(prepare, "CHUNK_PAIRS", chunk)  # line 3: the second chunk's first
     bad = {3: b"\xff\xfe\n", 90: b"\xc3\n", 91: b"ok \x00\n"}  # 3 of 200: 1.5% > 1%
     train_en = _numbered(200, "sentence", bad)
     dataset, raw = _train_valid_dataset(tmp_path, train_en, _numbered(200, "Satz", {}), b"x\n" * 3)
@@ -375,7 +471,9 @@ def test_an_empty_corpus_file_names_the_file_and_the_fix(tmp_path):
     )
 
 
-def test_misaligned_line_counts_name_both_files(tmp_path):
+@pytest.mark.parametrize("chunk", [1, 2, 3, prepare.CHUNK_PAIRS])
+def test_misaligned_line_counts_name_both_files(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(prepare, "CHUNK_PAIRS", chunk)  # counted across chunks, exactly
     dataset, raw = _plain_dataset(tmp_path, b"a\nb\nc\nd\ne\n", b"x\ny\n")
     _fails(
         dataset,

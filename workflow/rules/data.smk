@@ -87,10 +87,12 @@ for _dataset, _pair in pipeline.data_pairs():
             out_dir=lambda wc, output: os.path.dirname(output.report),
             dataset=_dataset,
             pair=_pair,
+        threads: 4  # cleaning workers (data/parallel.py); snakemake caps it at --cores
         shell:
             'python -m transformer_nmt prepare --registry "$TRANSFORMER_NMT_REGISTRY"'
             " --dataset {params.dataset} --pair {params.pair} --raw-dir {params.raw_dir:q}"
-            " --out-dir {params.out_dir:q} --clean {params.clean:q} > {log:q} 2>&1"
+            " --out-dir {params.out_dir:q} --clean {params.clean:q} --workers {threads}"
+            " > {log:q} 2>&1"
 
 
 rule spm_train:

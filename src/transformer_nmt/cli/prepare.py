@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from transformer_nmt.data.clean import CleanConfig
 from transformer_nmt.data.prepare import prepare_pair
@@ -22,10 +23,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "max_length, max_length_ratio, dedupe, max_invalid_share, max_sentences); missing keys "
         "take defaults",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="processes that clean the training pairs (default: the usable cores); the outputs "
+        "do not depend on it",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     rules = CleanConfig.from_json(args.clean)
     dataset = get_dataset(args.registry, args.dataset)
-    prepare_pair(dataset, args.pair, args.raw_dir, args.out_dir, rules)
+    prepare_pair(
+        dataset, args.pair, args.raw_dir, args.out_dir, rules, workers=max(1, args.workers)
+    )
     return 0

@@ -113,6 +113,14 @@ class CorpusCounts:
     modified: Counter[str] = field(default_factory=Counter)
     broken: Counter[str] = field(default_factory=Counter)
 
+    def add(self, other: CorpusCounts) -> None:
+        """Count ``other``'s pairs too (a chunk cleaned in a worker process)."""
+        self.read += other.read
+        self.kept += other.kept
+        self.dropped.update(other.dropped)
+        self.modified.update(other.modified)
+        self.broken.update(other.broken)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "read": self.read,

@@ -1,23 +1,20 @@
 """Encode text splits into token-id arrays (``data/token_array.py``) with SentencePiece.
 
 Streaming and parallel: lines are read in chunks, encoded by ``workers`` processes, and written
-in input order as they come back. At most ``2 * workers`` chunks are in flight (``Pool.imap``
-would read the whole input ahead into its task queue), so memory does not grow with the corpus.
-No BOS/EOS in the arrays: they are added at batching.
+in input order as they come back (``data/parallel.py``: bounded memory, one code path for any
+number of workers). No BOS/EOS in the arrays: they are added at batching.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import multiprocessing
-from collections import deque
 from collections.abc import Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 
 import numpy as np
 
+from transformer_nmt.data.parallel import OrderedMap, ordered_map
 from transformer_nmt.data.token_array import TokenArrayWriter, array_paths, token_dtype
 from transformer_nmt.data.vocab import load_vocab_info
 from transformer_nmt.errors import DataError
@@ -69,29 +66,14 @@ def output_prefix(out_dir: Path, input_path: Path) -> Path:
     return out_dir / input_path.name
 
 
-def _encode_file(path: Path, prefix: Path, vocab_size: int, pool, workers: int) -> int:
+def _encode_file(path: Path, prefix: Path, vocab_size: int, run: OrderedMap) -> int:
     dtype = token_dtype(vocab_size).str
     n = 0
     with TokenArrayWriter(prefix, vocab_size) as writer:
-        if pool is None:
-            results: Iterator = map(_encode_chunk, _chunks(path, dtype))
-        else:
-            results = _ordered_bounded(pool, _chunks(path, dtype), 2 * workers)
-        for flat, lengths in results:
+        for flat, lengths in run(_encode_chunk, _chunks(path, dtype)):
             writer.write_flat(flat, lengths)
             n += len(lengths)
     return n
-
-
-def _ordered_bounded(pool, jobs: Iterator, window: int) -> Iterator:
-    """Like ``pool.imap`` (results in order) but with at most ``window`` jobs submitted."""
-    pending: deque = deque()
-    for job in jobs:
-        pending.append(pool.apply_async(_encode_chunk, (job,)))
-        if len(pending) >= window:
-            yield pending.popleft().get()
-    while pending:
-        yield pending.popleft().get()
 
 
 def encode_files(
@@ -113,20 +95,11 @@ def encode_files(
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     counts: dict[str, int] = {}
-    pool_ctx = (
-        multiprocessing.get_context("spawn").Pool(
-            workers, initializer=_init_worker, initargs=(str(spm_model),)
-        )
-        if workers > 1
-        else contextlib.nullcontext()
-    )
     try:
-        with pool_ctx as pool:
-            if pool is None:
-                _init_worker(str(spm_model))
+        with ordered_map(workers, _init_worker, (str(spm_model),)) as run:
             for path in paths:
                 prefix = output_prefix(out_dir, path)
-                counts[path.name] = _encode_file(path, prefix, info.size, pool, workers)
+                counts[path.name] = _encode_file(path, prefix, info.size, run)
                 written.append(prefix)
                 log.info("%s: %d sentences -> %s.*.npy", path, counts[path.name], prefix)
     except BaseException:

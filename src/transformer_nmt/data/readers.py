@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import re
 import tarfile
 import zlib
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import BinaryIO
 
@@ -36,6 +38,7 @@ _CHECK_ROOT = "/transformer_nmt_archive_root"
 # the text between the tags, whitespace runs collapsed, no entity unescaping.
 _SEG = re.compile(r"<seg.*?>(.*)</seg>.*?")
 _SPACES = re.compile(r"\s+")
+READ_CHUNK_LINES = 10_000  # raw lines read at a time
 
 
 class InvalidLine(str):
@@ -48,6 +51,9 @@ class InvalidLine(str):
         line = super().__new__(cls, text)
         line.number = number
         return line
+
+    def __reduce__(self) -> tuple[type[InvalidLine], tuple[str, int]]:  # to worker processes
+        return InvalidLine, (str(self), self.number)
 
 
 def check_archive_members(tar: tarfile.TarFile, archive: Path) -> None:
@@ -84,57 +90,105 @@ def open_member(archive: Path, member: str) -> Iterator[BinaryIO]:
         yield stream
 
 
-def _split_lines(
-    raw: BinaryIO, fmt: str, label: str, lenient: bool, column: int | None = None
-) -> Iterator[str]:
-    gzipped = fmt in ("gzip", "tsv-gzip")
-    stream: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
-    n = 0
+def decode_line(line: bytes, n: int, side: Side, label: str, lenient: bool) -> str | None:
+    """Raw line ``n`` (1-based, terminator included) of ``side`` as text; None for an SGML line
+    that holds no segment. Invalid UTF-8 is a DamagedFileError naming ``label`` and the line,
+    or with ``lenient`` an ``InvalidLine``."""
+    invalid = False
     try:
-        for n, line in enumerate(stream, 1):  # binary iteration splits at b"\n" only
-            invalid = False
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if not lenient:
+            raise DamagedFileError(
+                f"{label}: line {n}: invalid UTF-8 (byte {err.start + 1}: "
+                f"{line[err.start : err.start + 1]!r})"
+            ) from err
+        text, invalid = line.decode("utf-8", errors="replace"), True
+    text = text.removesuffix("\n").removesuffix("\r")
+    if side.format in TSV_FORMATS:
+        fields = text.split("\t")
+        if len(fields) != 2:
+            raise DamagedFileError(
+                f"{label}: line {n}: expected source<TAB>target (one tab), found "
+                f"{len(fields) - 1} tabs; fix the line or remove it"
+            )
+        text = fields[side.column or 0]
+    if side.format == "sgml":
+        if not text.startswith("<seg "):
+            return None
+        text = _SPACES.sub(" ", _SEG.sub(r"\1", text).strip())
+    return InvalidLine(text, n) if invalid else text
+
+
+def decode_block(
+    block: bytes, first: int, side: Side, label: str, lenient: bool
+) -> list[str | None]:
+    """``decode_line`` for each raw line of ``block`` (consecutive lines from line ``first``
+    on, joined). Plain text that is all valid UTF-8 (nearly every block) is decoded in one call
+    and split in C; a block travels to a worker process as one object, not a list of lines."""
+    if not block:
+        return []
+    if side.format in ("text", "gzip"):
+        try:
+            text = block.decode("utf-8")
+        except UnicodeDecodeError:
+            pass  # line by line: lenient replacement or the error naming the line
+        else:
+            decoded: list[str | None] = list(text.removesuffix("\n").split("\n"))
+            if "\r" in text:
+                decoded = [line.removesuffix("\r") for line in decoded]  # type: ignore[union-attr]
+            return decoded
+    lines = block.removesuffix(b"\n").split(b"\n")
+    return [decode_line(line, n, side, label, lenient) for n, line in enumerate(lines, first)]
+
+
+@contextlib.contextmanager
+def _open_side(raw_dir: str | Path, side: Side) -> Iterator[BinaryIO]:
+    """The bytes of one corpus side (a file or a tar member), gunzipped for gzip formats."""
+    path = Path(raw_dir) / side.file
+    with contextlib.ExitStack() as stack:
+        if side.member is None:
+            if not path.is_file():
+                raise DamagedFileError(f"{path}: raw file not found (run the download stage)")
+            raw: BinaryIO = stack.enter_context(open(path, "rb"))
+        else:
+            raw = stack.enter_context(open_member(path, side.member))
+        if side.format in ("gzip", "tsv-gzip"):  # buffered: split into lines in C
+            raw = io.BufferedReader(gzip.GzipFile(fileobj=raw, mode="rb"), 1 << 20)  # type: ignore[arg-type]
+        yield raw
+
+
+def raw_line_chunks(raw_dir: str | Path, side: Side, size: int) -> Iterator[list[bytes]]:
+    """One corpus side's raw lines, terminators kept, ``size`` at a time: split at b"\n" only
+    (in C), not decoded (``decode_line`` does that, in whichever process does the work)."""
+    label = side_label(raw_dir, side)
+    with _open_side(raw_dir, side) as stream:
+        n = 0
+        while True:
             try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError as err:
-                if not lenient:
-                    raise DamagedFileError(
-                        f"{label}: line {n}: invalid UTF-8 (byte {err.start + 1}: "
-                        f"{line[err.start : err.start + 1]!r})"
-                    ) from err
-                text, invalid = line.decode("utf-8", errors="replace"), True
-            text = text.removesuffix("\n").removesuffix("\r")
-            if fmt in TSV_FORMATS:
-                fields = text.split("\t")
-                if len(fields) != 2:
-                    raise DamagedFileError(
-                        f"{label}: line {n}: expected source<TAB>target (one tab), found "
-                        f"{len(fields) - 1} tabs; fix the line or remove it"
-                    )
-                text = fields[column or 0]
-            if fmt == "sgml":
-                if not text.startswith("<seg "):
-                    continue
-                text = _SPACES.sub(" ", _SEG.sub(r"\1", text).strip())
-            yield InvalidLine(text, n) if invalid else text
-    except EOFError as err:
-        raise DamagedFileError(f"{label}: truncated gzip stream after line {n}") from err
-    except (gzip.BadGzipFile, zlib.error, tarfile.TarError) as err:
-        raise DamagedFileError(f"{label}: corrupt compressed data after line {n} ({err})") from err
+                chunk = list(islice(stream, size))
+            except EOFError as err:
+                raise DamagedFileError(f"{label}: truncated gzip stream after line {n}") from err
+            except (gzip.BadGzipFile, zlib.error, tarfile.TarError) as err:
+                raise DamagedFileError(
+                    f"{label}: corrupt compressed data after line {n} ({err})"
+                ) from err
+            if not chunk:
+                return
+            yield chunk
+            n += len(chunk)
 
 
 def iter_lines(raw_dir: str | Path, side: Side, *, lenient: bool = False) -> Iterator[str]:
     """The lines (segments, for SGML) of one corpus side, without line terminators.
     ``lenient``: a line that is not UTF-8 comes as an ``InvalidLine`` instead of an error."""
-    path = Path(raw_dir) / side.file
     label = side_label(raw_dir, side)
-    if side.member is None:
-        if not path.is_file():
-            raise DamagedFileError(f"{path}: raw file not found (run the download stage)")
-        with open(path, "rb") as raw:
-            yield from _split_lines(raw, side.format, label, lenient, side.column)
-    else:
-        with open_member(path, side.member) as raw:
-            yield from _split_lines(raw, side.format, label, lenient, side.column)
+    first = 1
+    for chunk in raw_line_chunks(raw_dir, side, READ_CHUNK_LINES):
+        for text in decode_block(b"".join(chunk), first, side, label, lenient):
+            if text is not None:
+                yield text
+        first += len(chunk)
 
 
 def side_label(raw_dir: str | Path, side: Side) -> str:

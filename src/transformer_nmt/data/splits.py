@@ -21,11 +21,14 @@ import logging
 import os
 import unicodedata
 from array import array
+from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
+from transformer_nmt.data.parallel import OrderedMap
 from transformer_nmt.data.registry import Pair
 from transformer_nmt.errors import DataError
 
@@ -51,6 +54,8 @@ def pair_hash(src: str, tgt: str) -> int:
 def overlap_key(line: str) -> str:
     """The form in which evaluation and training sentences are compared: Unicode NFKC,
     lowercased, whitespace runs collapsed to one space and the ends stripped."""
+    if line.isascii():  # NFKC leaves ASCII unchanged; most lines skip the normalisation
+        return " ".join(line.lower().split())
     return " ".join(unicodedata.normalize("NFKC", line).lower().split())
 
 
@@ -126,12 +131,39 @@ def carve(pair: Pair, tmp_dir: Path) -> tuple[dict[str, int], int]:
     return dict(pair.carve), int((~keep).sum())
 
 
+OVERLAP_CHUNK_LINES = 20_000  # training lines per job for a worker process
+
+
+def _overlap_chunk(
+    job: tuple[set[str], set[str], set[tuple[str, str]], bytes, bytes],
+) -> tuple[set[str], set[str], set[tuple[str, str]]]:
+    """A worker's share of ``train_overlap``: which of the wanted sources, targets and pairs
+    occur among these training lines (compared after ``overlap_key``)."""
+    wanted_src, wanted_tgt, wanted_pair, raw_sources, raw_targets = job
+    # prepare wrote them: UTF-8, every line ending in "\n"
+    sources = raw_sources.decode("utf-8").removesuffix("\n").split("\n")
+    targets = raw_targets.decode("utf-8").removesuffix("\n").split("\n")
+    seen_src: set[str] = set()
+    seen_tgt: set[str] = set()
+    seen_pair: set[tuple[str, str]] = set()
+    for s, t in zip(sources, targets, strict=True):
+        s, t = overlap_key(s), overlap_key(t)
+        if s in wanted_src:
+            seen_src.add(s)
+        if t in wanted_tgt:
+            seen_tgt.add(t)
+            if (s, t) in wanted_pair:
+                seen_pair.add((s, t))
+    return seen_src, seen_tgt, seen_pair
+
+
 def train_overlap(
-    text_dir: Path, src: str, tgt: str, eval_splits: list[str]
+    text_dir: Path, src: str, tgt: str, eval_splits: list[str], run: OrderedMap = map
 ) -> dict[str, dict[str, Any]]:
     """Per evaluation split of ``text_dir`` (``{split}.{lang}`` files): how many of its
     sentences have their source, target or pair in ``train.{src}``/``train.{tgt}`` after
-    ``overlap_key``, with the first ``OVERLAP_LINES`` line numbers (1-based) of each kind."""
+    ``overlap_key``, with the first ``OVERLAP_LINES`` line numbers (1-based) of each kind.
+    ``run``: the ordered map whose workers compare the training lines (``data/parallel.py``)."""
     keys: dict[str, list[tuple[str, str]]] = {}
     for split in eval_splits:
         with (
@@ -142,19 +174,24 @@ def train_overlap(
     wanted_src = {s for pairs in keys.values() for s, _ in pairs if s}
     wanted_tgt = {t for pairs in keys.values() for _, t in pairs if t}
     wanted_pair = {p for pairs in keys.values() for p in pairs if p[0] and p[1]}
-    seen_src, seen_tgt, seen_pair = set(), set(), set()
-    with (
-        open_text(text_dir / f"train.{src}", "r") as fs,
-        open_text(text_dir / f"train.{tgt}", "r") as ft,
-    ):
-        for s, t in zip(fs, ft, strict=True):
-            s, t = overlap_key(s), overlap_key(t)
-            if s in wanted_src:
-                seen_src.add(s)
-            if t in wanted_tgt:
-                seen_tgt.add(t)
-                if (s, t) in wanted_pair:
-                    seen_pair.add((s, t))
+    seen_src: set[str] = set()
+    seen_tgt: set[str] = set()
+    seen_pair: set[tuple[str, str]] = set()
+
+    def jobs() -> Iterator[tuple]:
+        with (
+            open(text_dir / f"train.{src}", "rb") as fs,
+            open(text_dir / f"train.{tgt}", "rb") as ft,
+        ):
+            while sources := list(islice(fs, OVERLAP_CHUNK_LINES)):  # decoded by the workers
+                targets = list(islice(ft, OVERLAP_CHUNK_LINES))  # aligned: prepare wrote both
+                blocks = b"".join(sources), b"".join(targets)  # one object each to pickle
+                yield wanted_src, wanted_tgt, wanted_pair, *blocks
+
+    for hits_src, hits_tgt, hits_pair in run(_overlap_chunk, jobs()):
+        seen_src |= hits_src
+        seen_tgt |= hits_tgt
+        seen_pair |= hits_pair
     result = {}
     for split, pairs in keys.items():
         lines: dict[str, list[int]] = {kind: [] for kind in OVERLAP_KINDS}
