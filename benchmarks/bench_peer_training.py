@@ -367,10 +367,18 @@ def peer_config(args, data: dict[str, Any], work: Path) -> dict[str, Any]:
         batch_size=args.max_tokens, warmup_steps=args.warmup, learning_rate=args.lr_scale,
         compute_dtype=PRECISIONS[args.precision][1],
     )  # fmt: skip
-    if args.eole_init == "normal":  # ours: normal(0, d_model^-0.5) embeddings (§3.4's scaling)
-        d_model = cfg["model"]["hidden_size"]
-        cfg["training"].update(param_init_method="normal", param_init=d_model**-0.5)
+    set_eole_init(cfg, args.eole_init)
     return cfg
+
+
+def set_eole_init(cfg: dict[str, Any], method: str) -> None:
+    """eole's ``param_init_method``: ``normal`` with std hidden_size^-0.5 (ours for the
+    embeddings; eole applies it to every matrix), or ``xavier_uniform`` (eole's default)."""
+    if method == "normal":
+        std = cfg["model"]["hidden_size"] ** -0.5
+        cfg["training"].update(param_init_method="normal", param_init=std)
+    else:
+        cfg["training"].update(param_init_method="xavier_uniform", param_init=0.0)
 
 
 def peer_version(venv: Path, package: str = "eole") -> str:
@@ -406,9 +414,10 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=100, help="§5.3 warmup steps (demo: 100)")
     parser.add_argument("--lr-scale", type=float, default=0.5, help="schedule scale (demo: 0.5)")
     parser.add_argument(
-        "--eole-init", choices=["xavier_uniform", "normal"], default="xavier_uniform",
-        help="eole's param_init_method: xavier_uniform (eole_tiny.yaml), or normal with std "
-        "d_model^-0.5, ours for the embeddings (eole applies it to every weight matrix)",
+        "--eole-init", choices=["xavier_uniform", "normal"], default="normal",
+        help="eole's param_init_method: normal with std d_model^-0.5 (eole_tiny.yaml; ours "
+        "for the embeddings, eole applies it to every weight matrix), or xavier_uniform, as "
+        "runs before 2026-11-27 midday had it",
     )  # fmt: skip
     parser.add_argument("--peer", choices=sorted(PEER_PROGRAMS), default="eole")
     parser.add_argument("--peer-venv", type=Path, help="default benchmarks/.venv-peer-<peer>")

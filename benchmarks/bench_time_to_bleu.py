@@ -238,7 +238,7 @@ def peer_train_config(exp: dict[str, Any], data: dict[str, Any], peer_dir: Path,
     from types import SimpleNamespace
 
     from bench_peer_decoding import check_convertible, eole_config
-    from bench_peer_training import peer_config
+    from bench_peer_training import peer_config, set_eole_init
 
     from transformer_nmt.model.config import model_config_from_spec
     from transformer_nmt.training.config import TrainConfig
@@ -265,10 +265,12 @@ def peer_train_config(exp: dict[str, Any], data: dict[str, Any], peer_dir: Path,
         log_every=train.log_every_steps,
         steps=args.peer_max_steps or args.max_steps or UNBOUNDED_STEPS,
         max_tokens=train.max_tokens, warmup=train.warmup, lr_scale=train.lr_scale,
+        precision="fp32", eole_init="normal",
     )  # fmt: skip
     cfg = peer_config(schedule, data, peer_dir)
     cfg["seed"] = train.seed
     cfg["model"] = eole_config(model.to_dict(), data["vocab_size"], data["vocab"])["model"]
+    set_eole_init(cfg, "normal")  # std from this model's d_model
     cfg["training"].update(
         save_checkpoint_steps=args.every_steps, keep_checkpoint=-1,
         accum_count=[accumulation(train)], adam_beta1=train.adam_betas[0],
