@@ -80,6 +80,7 @@ for _dataset, _pair in pipeline.data_pairs():
             f"results/benchmarks/prepare/{_dataset}_{_pair}.tsv"
         conda:
             "../../environment.yml"
+        threads: 4  # cleaning workers (data/parallel.py); snakemake caps it at --cores
         params:
             clean=paths.canonical_json(pipeline.data_settings(_dataset, _pair)["clean"]),
             entry=pipeline.registry_pair_json(_dataset, _pair),
@@ -87,7 +88,6 @@ for _dataset, _pair in pipeline.data_pairs():
             out_dir=lambda wc, output: os.path.dirname(output.report),
             dataset=_dataset,
             pair=_pair,
-        threads: 4  # cleaning workers (data/parallel.py); snakemake caps it at --cores
         shell:
             'python -m transformer_nmt prepare --registry "$TRANSFORMER_NMT_REGISTRY"'
             " --dataset {params.dataset} --pair {params.pair} --raw-dir {params.raw_dir:q}"
