@@ -62,7 +62,7 @@ LONG = [
     ("the CPU recipe, whole DAG (issue 36)", "~60 min",
      "snakemake --cores all --configfile config/experiments/multi30k_en_de_cpu.yaml "
      "--config data_mirror=MIRROR"),
-    ("time to dev BLEU against eole (issue 21)", "~15 min",
+    ("time to dev BLEU against eole (issue 21)", "~21 min",
      "python benchmarks/bench_time_to_bleu.py --config config/config.yaml --minutes 12 "
      "--max-steps 1200 --every-steps 100 --score-every-steps 200 --sets valid "
      "--data-mirror MIRROR --peer eole --concurrent --threads 1 --name peer_demo"),
