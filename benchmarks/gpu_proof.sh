@@ -114,12 +114,23 @@ else
     # ~95% of the 874 tests ran in 210 s on 16 workers, and a killed run prints no summary).
     # One compile thread: inductor's pool of compile workers in each of 16 xdist processes hung
     # a run on an H100 (2026-11-27).
-    TORCHINDUCTOR_COMPILE_THREADS=1 step pytest 240 python -m pytest -m "gpu or not slow" -v \
-        -rfE -p no:cacheprovider -n 16 --timeout 150 > "$OUT/pytest.log" 2>&1
+    # TESTS_BESIDE=1: in the background, beside step 3 (12 of the 16 cores; step 3's stage
+    # times are then not its own), reported after step 3 (2026-11-27 H200 plan: the lease's
+    # 15 minutes hold steps 1-3 and 5 only that way).
+    run_tests() {
+        TORCHINDUCTOR_COMPILE_THREADS=1 step pytest "${TESTS_LIMIT:-240}" python -m pytest \
+            -m "gpu or not slow" -v -rfE -p no:cacheprovider -n "${TESTS_WORKERS:-16}" \
+            --timeout 150 > "$OUT/pytest.log" 2>&1
+    }
+    if [ "${TESTS_BESIDE:-0}" = 1 ]; then run_tests & TESTS_PID=$!; else run_tests; fi
 fi
-grep -oE "(FAILED|ERROR) tests/[^ ]+" "$OUT/pytest.log" | sort -u | head -60
-tail -n 3 "$OUT/pytest.log"
 fi
+report_tests() {
+    grep -oE "(FAILED|ERROR) tests/[^ ]+" "$OUT/pytest.log" | sort -u | head -60
+    grep -cE " PASSED" "$OUT/pytest.log" | sed 's/^/passed lines: /'
+    tail -n 3 "$OUT/pytest.log"
+}
+if wants 2 && [ -z "${TESTS_PID:-}" ]; then report_tests; fi
 
 # --- 3. the Multi30k base recipe through the GPU profile ---------------------------------------
 if wants 3; then
@@ -145,7 +156,7 @@ if [ "$SHRINK" = 1 ]; then
 else
     cp config/experiments/multi30k_en_de_base.yaml /tmp/gpu_proof_recipe.yaml
 fi
-step snakemake_multi30k_base $([ "$SHRINK" = 1 ] && echo 900 || echo 300) \
+step snakemake_multi30k_base $([ "$SHRINK" = 1 ] && echo 900 || echo "${DAG_LIMIT:-300}") \
     snakemake -d "$DAG" -s "$REPO/Snakefile" --profile "$REPO/$PROFILE" \
     --configfile /tmp/gpu_proof_recipe.yaml /tmp/gpu_proof_overlay.yaml \
     --config data_mirror="$CARRY/mirror" > "$DAG/dag.log" 2>&1
@@ -154,6 +165,7 @@ tail -n 25 "$DAG/dag.log"
     --exclude='*.idx' dag.log results logs mlflow.db .snakemake/log 2>/dev/null)
 cat "$DAG"/results/runs/multi30k_en_de_base/test_2016_flickr.scores.json 2>/dev/null
 fi
+if [ -n "${TESTS_PID:-}" ]; then wait "$TESTS_PID"; report_tests; fi
 
 # --- 4. decoding on the GPU ---------------------------------------------------------------------
 if wants 4; then
@@ -175,6 +187,12 @@ fi
 if wants 5 && [ "$SHRINK" = 0 ] && [ $(( $(date +%s) - START )) -lt "${STEP5_BEFORE:-400}" ]; then
     step bench_training_compiled 100 python benchmarks/bench_training.py --skip-cpu \
         --gpu-presets big --gpu-steps 20 --compile --out "$OUT/training_compiled.json"
+    # BASELINE_SRC (a copy of src/ from an earlier commit): the same, on that code, for an A/B
+    if [ -n "${BASELINE_SRC:-}" ]; then
+        PYTHONPATH=$BASELINE_SRC:$PYTHONPATH step bench_training_compiled_baseline 100 \
+            python benchmarks/bench_training.py --skip-cpu --gpu-presets big --gpu-steps 20 \
+            --compile --out "$OUT/training_compiled_baseline.json"
+    fi
 fi
 say "done"
 cat /tmp/gpu_proof_steps.txt 2> /dev/null

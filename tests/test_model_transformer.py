@@ -568,3 +568,17 @@ def test_cpu_bf16_attention_is_the_explicit_product_with_sdpas_numbers(mask_kind
         assert weights_explicit[1, :, 6:].abs().sum() == 0  # no weight on padding
     else:
         assert torch.equal(weights_explicit[0].triu(1), torch.zeros(9, 9))  # none on the future
+
+
+@pytest.mark.parametrize("norm", ["norm_first=false", "norm_first=true"])
+def test_the_training_forward_compiles_to_one_graph(norm, monkeypatch):
+    """``train.compile``: torch.compile sees the whole training forward as one graph, padding
+    and the CPU's dropout fast path included; a graph break (a value read back from a tensor, an
+    in-place random draw) splits it, and the compiler can then fuse nothing across the split."""
+    monkeypatch.setenv("TRANSFORMER_NMT_CPU_FAST_PATHS", "on")
+    model = make_model(norm, dtype=torch.float32).train()
+    src, tgt_in = random_batch()  # padded: the key padding mask is needed
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(model)(src, tgt_in)
+    assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
+    assert explained.graph_count == 1

@@ -10,7 +10,8 @@ scaled by 1 / (1 - p) of that rounded p, so the expectation of each output is it
 as in ``nn.Dropout``; the mask is kept for the backward pass as 0/1 bytes (uint8), not in x's dtype.
 On other devices, in eval mode, in place, where p rounds to 0 or 1 (p < 2^-17 or
 p > 1 - 2^-17, where that scale would be 1 or undefined), and with the fast path off
-(``fast_paths``: ``dropout_mask``), it is ``nn.Dropout``.
+(``fast_paths``: ``dropout_mask``), it is ``nn.Dropout``; under torch.compile too, whose
+compiler draws and fuses the mask itself (``random_`` in place would split its graph).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class Dropout(nn.Dropout):
             or x.device.type != "cpu"
             or self.inplace
             or not fast_paths.enabled("dropout_mask")
+            or torch.compiler.is_compiling()
         ):
             return F.dropout(x, self.p, self.training, self.inplace)
         keep = bernoulli_keep_mask(x.shape, self.p, x.device).view(torch.uint8)  # [*x.shape] 0/1

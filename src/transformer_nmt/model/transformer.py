@@ -39,8 +39,10 @@ def key_padding_mask(token_mask: torch.Tensor) -> torch.Tensor | None:
 
     A row without any token (an empty sentence) may attend everywhere instead, so that softmax
     never sees an all-masked row (which gives NaN); its output is meaningless but finite.
+    Under torch.compile the mask is always built: the check for padding reads a value back
+    from the tensor, which would split the compiled graph in two at each call.
     """
-    if bool(token_mask.all()):
+    if not torch.compiler.is_compiling() and bool(token_mask.all()):
         return None
     mask = token_mask | ~token_mask.any(dim=-1, keepdim=True)  # [B, L]
     return mask[:, None, None, :]  # [B, 1, 1, L]
