@@ -89,6 +89,14 @@ class TranslationModule(L.LightningModule):
     def on_fit_start(self) -> None:
         # With fp16 mixed precision the GradScaler skips steps with inf gradients by design.
         self._check_grad_finite = self.trainer.precision != "16-mixed"
+        setting = self.train_cfg.fused_loss
+        fused = fused_loss_wanted(setting, self.device)
+        log.info(
+            "loss (§5.4): %s (train.fused_loss: %s%s)",
+            "fused, torch.compile'd passes over the logits" if fused else "eager",
+            setting,
+            f" on {self.device.type}" if setting == "auto" else "",
+        )
 
     def on_train_start(self) -> None:
         # After a resume (the scheduler's state is restored by now) the cooldown ends at this
