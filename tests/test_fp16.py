@@ -94,10 +94,14 @@ def test_auto_precision_is_fp16_with_loss_scaling_on_gpus_without_bf16(
         assert resolve_precision(TrainConfig(accelerator="gpu" if cuda else "cpu")) == expected
 
 
-@pytest.mark.parametrize(
+# torch's probes of the CPU (mocked) and the bf16 support they mean
+EACH_CPU_BF16_SUPPORT = pytest.mark.parametrize(
     ("amx", "avx512_bf16", "kind"),
     [(True, True, "amx"), (False, True, "avx512_bf16"), (False, False, "none")],
 )
+
+
+@EACH_CPU_BF16_SUPPORT
 def test_auto_precision_on_a_cpu_follows_its_bf16_support_and_says_why(
     amx: bool, avx512_bf16: bool, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -154,3 +158,60 @@ def test_auto_pad_multiple_rounds_widths_only_for_16_bit_training(
             ConfigError, match="'pad_multiple' must be a positive integer or 'auto'"
         ):
             TrainConfig(pad_multiple=bad)
+
+
+@EACH_CPU_BF16_SUPPORT
+def test_a_config_that_sizes_a_bf16_run_trains_in_bf16_where_the_cpu_has_it(
+    amx: bool, avx512_bf16: bool, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``train.by_precision`` with a bf16-mixed entry: ``auto`` on a CPU with bf16 (AMX or
+    AVX512-BF16) trains in bf16-mixed with that entry's steps, and says so; a CPU without bf16
+    keeps fp32 and the config's own steps. ``plan`` resolves and sizes the same way."""
+    from transformer_nmt.training import preflight
+    from transformer_nmt.training.resolution import CPU_AUTO_PRECISION, precision_choice
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    bf16_steps = {"max_steps": 2400, "lr_cooldown_steps": 750}
+    cfg = TrainConfig(
+        accelerator="cpu", max_steps=1600, lr_cooldown_steps=500,
+        by_precision={"bf16-mixed": bf16_steps},
+    )  # fmt: skip
+    precision, why = precision_choice(cfg)
+    if kind == "none":
+        assert (precision, why) == ("32-true", f"auto on this CPU: {CPU_AUTO_PRECISION['none'][1]}")
+        assert (cfg.for_precision(precision).max_steps, cfg.lr_cooldown_steps) == (1600, 500)
+    else:
+        assert precision == "bf16-mixed"
+        assert "train.by_precision: max_steps 2400, lr_cooldown_steps 750" in why
+        sized = cfg.for_precision(precision)
+        assert (sized.max_steps, sized.lr_cooldown_steps) == (2400, 750)
+    assert preflight.resolve_plan_precision(cfg, preflight.cpu_target()) == precision
+    # without a bf16-mixed entry the CPU's measured table decides, as before
+    fp32_only = TrainConfig(accelerator="cpu", by_precision={"32-true": {"max_steps": 3}})
+    assert precision_choice(fp32_only)[0] == CPU_AUTO_PRECISION[kind][0]
+    # a precision set in the config is sized by its entry (Lightning's two names of fp32 alike)
+    for name in ("32-true", "32"):
+        assert fp32_only.for_precision(name).max_steps == 3
+    assert fp32_only.for_precision("bf16-mixed").max_steps == fp32_only.max_steps
+
+
+@pytest.mark.parametrize(
+    ("by_precision", "message"),
+    [
+        ({"bf16": {"max_steps": 2}}, "'by_precision.bf16': not a precision"),
+        ({"auto": {"max_steps": 2}}, "'by_precision.auto': not a precision"),
+        ({"bf16-mixed": {"seed": 2}}, r"key\(s\) \['seed'\] cannot depend on the precision"),
+        ({"bf16-mixed": {"max_steps": 0}}, "'by_precision.bf16-mixed': train config key "
+         "'max_steps' must be a positive integer, got 0"),
+        ({"bf16-mixed": {"val_beam_bleu_every_steps": 15}}, "'by_precision.bf16-mixed': .*"
+         "must be a multiple of 'val_every_steps'"),
+        ({"bf16-mixed": 2400}, "'by_precision.bf16-mixed' must map train keys to values"),
+        ([2400], "'by_precision' must map a precision to train keys"),
+    ],
+)  # fmt: skip
+def test_a_bad_by_precision_entry_is_a_config_error_naming_it(by_precision, message) -> None:
+    from transformer_nmt.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(by_precision=by_precision, val_every_steps=10)

@@ -177,6 +177,15 @@ def test_slurm_profile_runs_train_as_one_ddp_task_per_gpu(tmp_path: Path) -> Non
             r"experiments\.demo\.average_last_k: averages 5 checkpoints but max_steps=100 with "
             r"checkpoint_every_steps=60 writes only 2",
         ),
+        (
+            lambda e: e["train"].update(by_precision={"bf16-mixed": {"max_steps": 100}}),
+            r"demo\.average_last_k: averages 5 checkpoints but max_steps=100 with "
+            r"checkpoint_every_steps=50 \(by_precision\.bf16-mixed\) writes only 2",
+        ),
+        (
+            lambda e: e["train"].update(by_precision={"bf16": {"max_steps": 1600}}),
+            r"experiments\.demo\.train\.by_precision: 'bf16' is not one of",
+        ),
         (lambda e: e["train"].update(strategy="dpp"), r"'dpp' is not one of"),
     ],
 )
@@ -244,10 +253,14 @@ def test_schema_knows_exactly_the_keys_of_the_stage_configs() -> None:
 
     from transformer_nmt.data.clean import CleanConfig
     from transformer_nmt.model.config import ModelConfig
-    from transformer_nmt.training.config import TrainConfig
+    from transformer_nmt.training.config import BY_PRECISION_KEYS, PRECISIONS, TrainConfig
 
     schema = _load(REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml")["$defs"]
     assert set(schema["train"]["properties"]) == {f.name for f in fields(TrainConfig)}
+    by_precision = schema["train"]["properties"]["by_precision"]
+    assert by_precision["propertyNames"]["enum"] == [p for p in PRECISIONS if p != "auto"]
+    sized = by_precision["additionalProperties"]["propertyNames"]["enum"]
+    assert sized == list(BY_PRECISION_KEYS)
     assert set(schema["model_overrides"]["properties"]) == {f.name for f in fields(ModelConfig)}
     clean = schema["data_pair"]["properties"]["clean"]["properties"]
     assert set(clean) == {f.name for f in fields(CleanConfig)}

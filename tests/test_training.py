@@ -1126,3 +1126,24 @@ def test_training_with_pad_multiple_sees_few_shapes_and_keeps_the_bound(
     widths = {w for src, tgt in shapes[8] for w in (src[1], tgt[1])}
     assert len(widths) <= 2  # the corpus's rows (3-9 tokens + EOS/BOS) round to 8 or 16
     assert len(shapes[8]) < len(shapes[1])
+
+
+def test_the_train_stage_runs_the_steps_by_precision_gives_for_its_precision(
+    corpus: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``train.by_precision``: the run takes the steps its entry for the precision it trains in
+    gives (fp32 here, Lightning's "32" naming it too), logs them, and its summary and
+    checkpoints end there; an entry for another precision changes nothing."""
+    caplog.set_level(logging.INFO)
+    sized = {"32-true": {"max_steps": 5, "checkpoint_every_steps": 5, "val_every_steps": 5}}
+    run = tmp_path / "sized"
+    argv = train_argv(corpus, run, max_steps=10, precision="32", by_precision=sized)
+    assert main(argv) == 0
+    assert "train.by_precision for 32: max_steps 5, val_every_steps 5" in caplog.text
+    summary = json.loads((run / "train_summary.json").read_text())
+    assert summary["final_step"] == 5
+    other = tmp_path / "other"
+    sized_bf16 = {"bf16-mixed": {"max_steps": 5}}
+    argv = train_argv(corpus, other, max_steps=10, precision="32-true", by_precision=sized_bf16)
+    assert main(argv) == 0
+    assert json.loads((other / "train_summary.json").read_text())["final_step"] == 10

@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         plan_start,
         resolve_run,
         run_dir_lock,
+        sized_for,
         train_run,
     )
 
@@ -163,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
     with lock, attempt:
         log.info("CPU fast paths: %s; memory: %s", fast, memory)
         resolved = resolve_run(model_cfg, train_cfg, vocab)  # every "auto", once
+        train_cfg = sized_for(train_cfg, resolved.precision)  # train.by_precision
         start = plan_start(args.run_dir, model_cfg, train_cfg, vocab, resolved)
         # The batch geometry may change within a run (a resume after an out-of-memory error, on
         # fewer GPUs): tags, not params, so that the run goes on. max_tokens as configured

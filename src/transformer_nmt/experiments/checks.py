@@ -60,14 +60,20 @@ def check_average(key: str, exp: dict[str, Any]) -> None:
             f"{key}.average_last_k: averages {last_k} checkpoints but "
             f"{key}.train.keep_checkpoints keeps only {keep}"
         )
-    every, max_steps = train.get("checkpoint_every_steps"), train.get("max_steps", 100_000)
-    if every and -(-max_steps // every) < last_k:
-        written = -(-max_steps // every)
-        raise ConfigError(
-            f"{key}.average_last_k: averages {last_k} checkpoints but max_steps={max_steps} "
-            f"with checkpoint_every_steps={every} writes only {written}: lower "
-            f"{key}.train.checkpoint_every_steps to at most {max_steps // last_k}"
-        )
+    sizings = [("", train)]  # the run as configured, and as train.by_precision sizes it
+    sizings += [
+        (f" (by_precision.{precision})", {**train, **values})
+        for precision, values in (train.get("by_precision") or {}).items()
+    ]
+    for sized_as, sized in sizings:
+        every, max_steps = sized.get("checkpoint_every_steps"), sized.get("max_steps", 100_000)
+        if every and -(-max_steps // every) < last_k:
+            written = -(-max_steps // every)
+            raise ConfigError(
+                f"{key}.average_last_k: averages {last_k} checkpoints but max_steps={max_steps} "
+                f"with checkpoint_every_steps={every}{sized_as} writes only {written}: lower "
+                f"{key}.train.checkpoint_every_steps to at most {max_steps // last_k}"
+            )
 
 
 def registry_dataset(

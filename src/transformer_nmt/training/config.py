@@ -10,7 +10,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from transformer_nmt.errors import ConfigError
@@ -21,6 +21,7 @@ from transformer_nmt.errors import ConfigError
 # offered.
 STRATEGIES = ("auto", "ddp")
 PRECISIONS = ("auto", "32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "64-true")
+PRECISION_ALIASES = {"32": "32-true", "32-true": "32"}  # Lightning's two names of fp32
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,12 @@ class TrainConfig:
     # eager loss in cache-sized chunks is the measured fast path; true / false force it.
     fused_loss: bool | str = "auto"
     seed: int = 1
+    # Flag (none by default): train keys whose value depends on the precision the run trains in,
+    # e.g. {"bf16-mixed": {"max_steps": 2400, "lr_cooldown_steps": 750}}: a 16-bit run that
+    # computes faster can take more steps in the same minutes. Applied once the precision is
+    # resolved (``for_precision``); with a "bf16-mixed" entry, precision: auto on a CPU with bf16
+    # instructions trains in bf16-mixed (training/resolution.py, precision_choice).
+    by_precision: dict[str, dict[str, Any]] = field(default_factory=dict)
     # "auto" = bf16-mixed on GPUs with bf16 (a speed departure from the paper's fp32 P100
     # training, numerically benign), else 32-true; or any Lightning precision string.
     precision: str = "auto"
@@ -86,6 +93,14 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _validate(self)
 
+    def for_precision(self, precision: str) -> TrainConfig:
+        """This config with ``by_precision[precision]``'s values (the run's sizing in that
+        precision); unchanged where ``by_precision`` names none."""
+        values = self.by_precision.get(precision) or self.by_precision.get(
+            PRECISION_ALIASES.get(precision, "")
+        )
+        return dataclasses.replace(self, **values) if values else self
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["adam_betas"] = list(self.adam_betas)
@@ -107,6 +122,19 @@ class TrainConfig:
                 raise ConfigError(f"train config key 'adam_betas' must be [b1, b2], got {betas!r}")
             values["adam_betas"] = tuple(betas)
         return cls(**values)
+
+
+# The keys ``by_precision`` may set: how long a run trains and how often it checkpoints,
+# validates and logs (its length in steps), not what or how it learns.
+BY_PRECISION_KEYS = (
+    "max_steps",
+    "lr_cooldown_steps",
+    "warmup",
+    "checkpoint_every_steps",
+    "val_every_steps",
+    "val_beam_bleu_every_steps",
+    "log_every_steps",
+)
 
 
 # The batch geometry: how one update's tokens are cut into micro-batches and computed. A change
@@ -138,6 +166,8 @@ RESUMABLE_KEYS = frozenset(
         "loss_chunk_tokens",
         "compile",
         "fused_loss",
+        # what it sizes is compared as sized (the run's own warmup, cooldown...), not the table
+        "by_precision",
     }
 )
 
@@ -235,6 +265,7 @@ def _validate(cfg: TrainConfig) -> None:
             "train config keys 'compile' and 'loss_chunk_tokens' cannot be combined: "
             "compile covers the unchunked loss only"
         )
+    _validate_by_precision(cfg)
     if cfg.precision not in PRECISIONS:
         raise ConfigError(
             f"train config key 'precision' must be one of {list(PRECISIONS)}, got {cfg.precision!r}"
@@ -248,3 +279,30 @@ def _validate(cfg: TrainConfig) -> None:
             f"{cfg.strategy!r} (sharded strategies such as fsdp/deepspeed are not supported: the "
             "per-token gradient rescaling assumes whole gradients on every rank)"
         )
+
+
+def _validate_by_precision(cfg: TrainConfig) -> None:
+    """``by_precision``: {precision: {key: value}} over Lightning precisions and
+    ``BY_PRECISION_KEYS``, each sized config valid (its error names the entry)."""
+    if not isinstance(cfg.by_precision, Mapping):
+        raise ConfigError(
+            "train config key 'by_precision' must map a precision to train keys, e.g. "
+            f"{{bf16-mixed: {{max_steps: 2400}}}}, got {cfg.by_precision!r}"
+        )
+    for precision, values in cfg.by_precision.items():
+        where = f"train config key 'by_precision.{precision}'"
+        if precision not in PRECISIONS or precision == "auto":
+            known = [p for p in PRECISIONS if p != "auto"]
+            raise ConfigError(f"{where}: not a precision; one of {known}")
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"{where} must map train keys to values, got {values!r}")
+        unknown = sorted(set(values) - set(BY_PRECISION_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"{where}: key(s) {unknown} cannot depend on the precision; these can: "
+                f"{list(BY_PRECISION_KEYS)}"
+            )
+        try:
+            dataclasses.replace(cfg, by_precision={}, **values)
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {error}") from None

@@ -195,6 +195,7 @@ def plan_experiment(
     ``max_tokens: auto`` is sized to ``target``'s memory first (``auto_max_tokens``)."""
     cfg = dataclasses.replace(train_cfg, devices=target.devices)
     precision = resolve_plan_precision(cfg, target)
+    cfg = cfg.for_precision(precision)  # train.by_precision: the run's steps in that precision
     params = count_parameters_of(model_cfg, vocab_size)
     world = target.devices * cfg.num_nodes
     auto = cfg.max_tokens == "auto"

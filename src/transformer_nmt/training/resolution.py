@@ -75,9 +75,9 @@ CPU_AUTO_PRECISION: dict[str, tuple[str, str]] = {
         "32-true",
         "AVX512-BF16 without AMX: bf16-mixed trains the demo 1.3x faster (real target "
         "tokens/s, widths rounded to 8) and, given the same minutes (2,400 steps against "
-        "1,600), scored +0.8 dev BLEU (one seed); fp32 stays: the demo's steps are sized "
-        "for fp32 on every CPU, and a config cannot yet size them by precision (2-core "
-        "EPYC, 2026-11-26, benchmarks/RESULTS.md)",
+        "1,600), scored +0.8 dev BLEU (one seed); fp32 where the config sizes no "
+        "bf16-mixed run (train.by_precision) (2-core EPYC, 2026-11-26, "
+        "benchmarks/RESULTS.md)",
     ),
     "none": (
         "32-true",
@@ -97,8 +97,21 @@ def precision_choice(cfg: TrainConfig) -> tuple[str, str]:
         if torch.cuda.is_bf16_supported():
             return "bf16-mixed", "auto: the GPU computes in bf16 (Ampere or newer)"
         return "16-mixed", "auto: the GPU has no bf16 (pre-Ampere): fp16 with loss scaling"
-    precision, why = CPU_AUTO_PRECISION[cpu_bf16_support()]
+    support = cpu_bf16_support()
+    sized = cfg.by_precision.get(BF16_SIZED)
+    if support != "none" and sized:
+        # the config sizes a bf16 run (more steps for the same minutes): the CPU can run it
+        steps = ", ".join(f"{key} {value}" for key, value in sized.items())
+        return BF16_SIZED, (
+            f"auto on this CPU: {support.upper().replace('_', '-')} computes bf16 and the config "
+            f"sizes a {BF16_SIZED} run (train.by_precision: {steps})"
+        )
+    precision, why = CPU_AUTO_PRECISION[support]
     return precision, f"auto on this CPU: {why}"
+
+
+# The precision a ``train.by_precision`` entry makes ``auto`` choose on a CPU with bf16.
+BF16_SIZED = "bf16-mixed"
 
 
 def resolve_precision(cfg: TrainConfig) -> str:
