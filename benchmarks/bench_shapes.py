@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_peer_training import OURS_LINE, run, summarise  # noqa: E402
-from common import build_data, data_paths, load_experiment  # noqa: E402
+from common import build_data, data_paths, load_experiment, train_settings  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"
@@ -80,15 +80,15 @@ def train_once(args, exp: dict[str, Any], paths, setting: dict, run_dir: Path) -
 
     shutil.rmtree(run_dir, ignore_errors=True)
     model = {"preset": exp["preset"], "overrides": exp.get("model_overrides", {})}
-    train = {
-        **exp["train"],
-        "max_steps": args.steps,
-        "checkpoint_every_steps": args.steps,
-        "keep_checkpoints": 1,
-        "val_every_steps": args.steps,
-        "log_every_steps": args.log_every,
+    train = train_settings(
+        exp["train"],
+        max_steps=args.steps,
+        checkpoint_every_steps=args.steps,
+        keep_checkpoints=1,
+        val_every_steps=args.steps,
+        log_every_steps=args.log_every,
         **setting,
-    }
+    )
     cmd = [
         sys.executable, "-m", "transformer_nmt", "train", "--bin-dir", paths["bin_dir"],
         "--spm-model", paths["spm"], "--src", paths["src"], "--tgt", paths["tgt"],

@@ -91,7 +91,7 @@ UNBOUNDED_STEPS = 10_000_000
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import build_data, data_paths, load_experiment  # noqa: E402
+from common import build_data, data_paths, load_experiment, train_settings  # noqa: E402
 
 
 def apply_sets(exp: dict[str, Any], sets: list[str]) -> dict[str, Any]:
@@ -154,14 +154,13 @@ def run_for_budget(cmd: list[str], log: Path, minutes: float) -> tuple[float, fl
 
 def train(exp: dict[str, Any], paths: dict[str, Any], run_dir: Path, args) -> dict[str, Any]:
     """Train until the budget is spent; return {step: minutes since the train process began}."""
-    settings = dict(exp["train"])
-    settings["max_steps"] = args.max_steps or UNBOUNDED_STEPS
-    settings["keep_checkpoints"] = 100_000
-    if args.every_steps:
-        settings["checkpoint_every_steps"] = args.every_steps
-    else:
-        settings["checkpoint_every_steps"] = None
-        settings["checkpoint_every_minutes"] = args.every_minutes
+    every = {"checkpoint_every_steps": args.every_steps} if args.every_steps else {
+        "checkpoint_every_steps": None, "checkpoint_every_minutes": args.every_minutes,
+    }  # fmt: skip
+    settings = train_settings(
+        exp["train"], max_steps=args.max_steps or UNBOUNDED_STEPS, keep_checkpoints=100_000,
+        **every,
+    )  # fmt: skip
     model = {"preset": exp["preset"], "overrides": exp.get("model_overrides") or {}}
     cmd = [
         sys.executable, "-m", "transformer_nmt", "train", "--bin-dir", paths["bin_dir"],

@@ -64,3 +64,14 @@ def build_data(config_path: Path, paths: dict[str, Any], sets: list[str], mirror
         cmd += ["--config", f"data_mirror={mirror}"]
     cmd += ["--quiet", "rules", "--cores", str(os.cpu_count() or 1), *targets]
     subprocess.run(cmd, cwd=REPO, check=True)
+
+
+def train_settings(train: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """An experiment's train settings with a benchmark's ``overrides``, which also win over its
+    ``train.by_precision`` entries: a benchmark's own step counts hold in every precision, and
+    an entry stays (emptied) so that ``precision: auto`` still chooses as the config does."""
+    by_precision = {
+        precision: {key: value for key, value in values.items() if key not in overrides}
+        for precision, values in (train.get("by_precision") or {}).items()
+    }
+    return {**train, **overrides, "by_precision": by_precision}

@@ -56,3 +56,24 @@ def test_sets_override_train_model_and_translate_keys_and_fix_alpha_auto(time_to
     assert time_to_bleu.apply_sets(exp, ["translate.alpha=1.6"])["translate"]["alpha"] == 1.6
     with pytest.raises(SystemExit, match="expected train.KEY=VALUE"):
         time_to_bleu.apply_sets(exp, ["data.vocab_size=10"])
+
+
+def test_a_benchmarks_step_counts_win_over_the_configs_by_precision(time_to_bleu):
+    """``common.train_settings``: the overrides hold in every precision (a by_precision entry
+    would otherwise put the config's 2,400 steps back in bf16), the entries' other keys stay,
+    and an emptied entry stays so that ``precision: auto`` chooses as the config does."""
+    from common import train_settings
+
+    from transformer_nmt.training.config import TrainConfig
+
+    train = {"max_steps": 1600, "lr_cooldown_steps": 500,
+             "by_precision": {"bf16-mixed": {"max_steps": 2400, "lr_cooldown_steps": 750},
+                              "16-mixed": {"max_steps": 2000}}}  # fmt: skip
+    settings = train_settings(train, max_steps=150, log_every_steps=10)
+    assert settings["by_precision"] == {"bf16-mixed": {"lr_cooldown_steps": 750}, "16-mixed": {}}
+    cfg = TrainConfig.from_dict(settings)
+    assert cfg.for_precision("bf16-mixed").max_steps == cfg.for_precision("16-mixed").max_steps
+    assert cfg.for_precision("bf16-mixed").max_steps == 150
+    assert cfg.for_precision("bf16-mixed").lr_cooldown_steps == 750
+    assert train["by_precision"]["bf16-mixed"]["max_steps"] == 2400  # the config is not changed
+    assert train_settings({"max_steps": 5}, max_steps=7)["by_precision"] == {}

@@ -187,6 +187,9 @@ def test_a_config_that_sizes_a_bf16_run_trains_in_bf16_where_the_cpu_has_it(
         sized = cfg.for_precision(precision)
         assert (sized.max_steps, sized.lr_cooldown_steps) == (2400, 750)
     assert preflight.resolve_plan_precision(cfg, preflight.cpu_target()) == precision
+    # an empty entry (a benchmark's own steps win) still says: a bf16 run is sized
+    empty = precision_choice(TrainConfig(accelerator="cpu", by_precision={"bf16-mixed": {}}))
+    assert empty[0] == precision and (kind == "none" or empty[1].endswith("as configured)"))
     # without a bf16-mixed entry the CPU's measured table decides, as before
     fp32_only = TrainConfig(accelerator="cpu", by_precision={"32-true": {"max_steps": 3}})
     assert precision_choice(fp32_only)[0] == CPU_AUTO_PRECISION[kind][0]

@@ -100,10 +100,10 @@ def precision_choice(cfg: TrainConfig) -> tuple[str, str]:
             return "bf16-mixed", "auto: the GPU computes in bf16 (Ampere or newer)"
         return "16-mixed", "auto: the GPU has no bf16 (pre-Ampere): fp16 with loss scaling"
     support = cpu_bf16_support()
-    sized = cfg.by_precision.get(BF16_SIZED)
-    if support != "none" and sized:
+    if support != "none" and BF16_SIZED in cfg.by_precision:
         # the config sizes a bf16 run (more steps for the same minutes): the CPU can run it
-        steps = ", ".join(f"{key} {value}" for key, value in sized.items())
+        sized = cfg.by_precision[BF16_SIZED]
+        steps = ", ".join(f"{key} {value}" for key, value in sized.items()) or "as configured"
         return BF16_SIZED, (
             f"auto on this CPU: {support.upper().replace('_', '-')} computes bf16 and the config "
             f"sizes a {BF16_SIZED} run (train.by_precision: {steps})"
