@@ -73,11 +73,11 @@ class Dropout(nn.Dropout):
         p = rounded_p(self.p)
         if (
             not self.training
+            or torch.compiler.is_compiling()  # first: the compiler then traces none of the rest
             or p in (0.0, 1.0)
             or x.device.type != "cpu"
             or self.inplace
             or not fast_paths.enabled("dropout_mask")
-            or torch.compiler.is_compiling()
         ):
             return F.dropout(x, self.p, self.training, self.inplace)
         keep = bernoulli_keep_mask(x.shape, self.p, x.device).view(torch.uint8)  # [*x.shape] 0/1
