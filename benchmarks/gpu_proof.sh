@@ -114,24 +114,17 @@ else
     # ~95% of the 874 tests ran in 210 s on 16 workers, and a killed run prints no summary).
     # One compile thread: inductor's pool of compile workers in each of 16 xdist processes hung
     # a run on an H100 (2026-11-27).
-    # TESTS_BESIDE=1: in the background, beside step 3, reported after it. Measured on an
-    # H200 (2026-11-27, 12 test workers on 16 cores): it starves step 3's training, which ran
-    # 2-9k target tokens/s while the tests ran and 150-200k after, so step 3 then proves that
-    # the DAG runs, not how fast; and 4 compile-heavy tests failed there that passed alone.
-    run_tests() {
-        TORCHINDUCTOR_COMPILE_THREADS=1 step pytest "${TESTS_LIMIT:-240}" python -m pytest \
-            -m "gpu or not slow" -v -rfE -p no:cacheprovider -n "${TESTS_WORKERS:-16}" \
-            --timeout 150 > "$OUT/pytest.log" 2>&1
-    }
-    if [ "${TESTS_BESIDE:-0}" = 1 ]; then run_tests & TESTS_PID=$!; else run_tests; fi
+    # Alone, never beside step 3: measured on an H200 (2026-11-27, 12 test workers on 16
+    # cores), tests in the background starved step 3's training (2-9k target tokens/s while
+    # they ran, 150-200k after), and 4 compile-heavy tests failed there that passed alone.
+    TORCHINDUCTOR_COMPILE_THREADS=1 step pytest "${TESTS_LIMIT:-240}" python -m pytest \
+        -m "gpu or not slow" -v -rfE -p no:cacheprovider -n "${TESTS_WORKERS:-16}" \
+        --timeout 150 > "$OUT/pytest.log" 2>&1
 fi
+grep -oE "(FAILED|ERROR) tests/[^ ]+" "$OUT/pytest.log" | sort -u | head -60
+grep -cE " PASSED" "$OUT/pytest.log" | sed 's/^/passed lines: /'
+tail -n 3 "$OUT/pytest.log"
 fi
-report_tests() {
-    grep -oE "(FAILED|ERROR) tests/[^ ]+" "$OUT/pytest.log" | sort -u | head -60
-    grep -cE " PASSED" "$OUT/pytest.log" | sed 's/^/passed lines: /'
-    tail -n 3 "$OUT/pytest.log"
-}
-if wants 2 && [ -z "${TESTS_PID:-}" ]; then report_tests; fi
 
 # --- 3. the Multi30k base recipe through the GPU profile ---------------------------------------
 if wants 3; then
@@ -166,7 +159,6 @@ tail -n 25 "$DAG/dag.log"
     --exclude='*.idx' dag.log results logs mlflow.db .snakemake/log 2>/dev/null)
 cat "$DAG"/results/runs/multi30k_en_de_base/test_2016_flickr.scores.json 2>/dev/null
 fi
-if [ -n "${TESTS_PID:-}" ]; then wait "$TESTS_PID"; report_tests; fi
 
 # --- 4. decoding on the GPU ---------------------------------------------------------------------
 if wants 4; then

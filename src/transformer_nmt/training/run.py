@@ -155,7 +155,8 @@ def sized_for(train_cfg: TrainConfig, precision: str) -> TrainConfig:
     """``train_cfg`` sized for the ``precision`` it trains in (``train.by_precision``), the
     values it takes logged."""
     sized = train_cfg.for_precision(precision)
-    changed = {k: v for k, v in sized.to_dict().items() if v != train_cfg.to_dict()[k]}
+    before = train_cfg.to_dict()
+    changed = {k: v for k, v in sized.to_dict().items() if v != before[k]}
     if changed:
         values = ", ".join(f"{key} {value}" for key, value in changed.items())
         log.info("train.by_precision for %s: %s", precision, values)
