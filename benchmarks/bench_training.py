@@ -37,6 +37,7 @@ and writes ``benchmarks/out/training.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -98,8 +99,13 @@ def make_step(
     max_tokens: int,
     compile_model: bool = False,
     fused_loss: bool = False,
+    sdpa_backend: str = "auto",
 ) -> tuple[Callable[[], None], dict]:
-    """One training step on a synthetic token-bounded batch, and the batch's shape."""
+    """One training step on a synthetic token-bounded batch, and the batch's shape.
+
+    ``sdpa_backend``: auto = the kernel PyTorch's dispatcher picks for each attention call;
+    otherwise SDPA is restricted to that one (``torch.nn.attention.sdpa_kernel``), for an A/B of
+    the kernels on short sentences, where a tiled flash kernel computes mostly padding."""
     vocab, length = SHAPES[preset]
     cfg = get_preset(preset)
     torch.manual_seed(0)
@@ -113,7 +119,10 @@ def make_step(
     forward = torch.compile(model) if compile_model else model
 
     def step() -> None:
-        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16):
+        with (
+            torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16),
+            sdpa_restricted_to(sdpa_backend),
+        ):
             logits = forward(src, tgt_in)  # [B, T, V]
         out = label_smoothed_cross_entropy(
             logits, tgt_out, eps=cfg.eps_ls, pad_id=0, fused=fused_loss
@@ -127,6 +136,24 @@ def make_step(
     return step, shape
 
 
+SDPA_BACKENDS = ("auto", "cudnn", "flash", "efficient", "math")
+
+
+def sdpa_restricted_to(backend: str) -> contextlib.AbstractContextManager:
+    """SDPA limited to one kernel (``--sdpa-backend``); auto: no restriction."""
+    if backend == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kernel = {
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+    }[backend]
+    return sdpa_kernel([kernel])
+
+
 def bench(
     preset: str,
     *,
@@ -138,6 +165,7 @@ def bench(
     peak_tflops: float | None,
     compile_model: bool = False,
     fused_loss: bool = False,
+    sdpa_backend: str = "auto",
 ) -> dict:
     step, shape = make_step(
         preset,
@@ -146,6 +174,7 @@ def bench(
         max_tokens=max_tokens,
         compile_model=compile_model,
         fused_loss=fused_loss,
+        sdpa_backend=sdpa_backend,
     )
     model, vocab, length, batch = shape["model"], shape["vocab"], shape["length"], shape["batch"]
     for _ in range(warmup_steps):
@@ -166,6 +195,7 @@ def bench(
         "precision": "bf16-mixed" if bf16 else "fp32",
         "compiled": compile_model,
         "fused_loss": fused_loss,
+        "sdpa_backend": sdpa_backend,
         "vocab_size": vocab,
         "sentence_length": length,
         "batch_sentences": batch,
@@ -335,6 +365,14 @@ def main() -> None:
         help="the loss's torch.compile'd passes over the logits (train.fused_loss; auto: on CUDA)",
     )
     parser.add_argument(
+        "--sdpa-backend",
+        nargs="+",
+        choices=SDPA_BACKENDS,
+        default=["auto"],
+        help="GPU rows: SDPA restricted to each of these kernels in turn (auto: PyTorch's "
+        "choice); a kernel that cannot run the step gives a row with its error",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=0,
@@ -376,23 +414,28 @@ def main() -> None:
             else:
                 max_tokens, sized_by = int(args.gpu_max_tokens), "--gpu-max-tokens"
             print(f"{preset}: {max_tokens} target tokens per step ({sized_by})", flush=True)
-            rows.append(
-                bench(
-                    preset,
-                    device="cuda",
-                    bf16=True,
-                    max_tokens=max_tokens,
-                    steps=args.gpu_steps,
-                    warmup_steps=3,
-                    peak_tflops=peak,
-                    compile_model=args.compile,
-                    fused_loss=fused_loss(args, "cuda"),
-                )
-                | {"max_tokens_from": sized_by}
-            )
+            for backend in args.sdpa_backend:
+                try:
+                    row = bench(
+                        preset,
+                        device="cuda",
+                        bf16=True,
+                        max_tokens=max_tokens,
+                        steps=args.gpu_steps,
+                        warmup_steps=3,
+                        peak_tflops=peak,
+                        compile_model=args.compile,
+                        fused_loss=fused_loss(args, "cuda"),
+                        sdpa_backend=backend,
+                    )
+                except RuntimeError as error:  # e.g. no kernel of that kind for these inputs
+                    print(f"{preset}, SDPA {backend}: {str(error).splitlines()[0]}", flush=True)
+                    torch.cuda.empty_cache()
+                    continue
+                rows.append(row | {"max_tokens_from": sized_by})
 
-    header = f"{'preset':<6} {'device':<6} {'precision':<10} {'batch':>6} {'s/step':>8} "
-    header += f"{'tgt tok/s':>11} {'TFLOP/s':>8} {'peak GiB':>9} {'MFU':>6}"
+    header = f"{'preset':<6} {'device':<6} {'precision':<10} {'sdpa':<9} {'batch':>6} "
+    header += f"{'s/step':>8} {'tgt tok/s':>11} {'TFLOP/s':>8} {'peak GiB':>9} {'MFU':>6}"
     print(header)
     for r in rows:
         mem = f"{r['peak_memory_gib']:.2f}" if "peak_memory_gib" in r else "-"
@@ -400,7 +443,7 @@ def main() -> None:
             mem += f" (est {r['estimated_peak_gib']:.2f})"
         mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "-"
         print(
-            f"{r['preset']:<6} {r['device']:<6} {r['precision']:<10} "
+            f"{r['preset']:<6} {r['device']:<6} {r['precision']:<10} {r['sdpa_backend']:<9} "
             f"{r['tgt_tokens_per_step']:>6} {r['seconds_per_step']:>8.3f} "
             f"{r['tgt_tokens_per_s']:>11.0f} {r['model_tflops_per_s']:>8.3f} {mem:>9} {mfu:>6}"
         )

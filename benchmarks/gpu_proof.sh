@@ -11,10 +11,12 @@
 #      max_steps cut (MAX_STEPS), MLflow on: BLEU, stage wall times, what auto chose
 #   4. bench_gpu_decoding.py: beam-4 decoding of test_2016_flickr at growing batch sizes
 #   5. if time is left: step 1's big in torch.compile
+#   6. step 1's eager rows with SDPA restricted to each of its kernels in turn (SDPA_PRESETS)
 #
 #   bash benchmarks/gpu_proof.sh           # on the GPU machine (OUT: where results go)
 #   bash benchmarks/gpu_proof.sh --shrink  # on a CPU: every step tiny, to check the script
 #   STEPS="3 4" bash benchmarks/gpu_proof.sh   # only those steps (default: 1 2 3 4 5)
+#   step 3's length: MAX_STEPS (default 1500) and EVERY (checkpoints and validation, 500)
 # All steps take ~9-10 minutes on an H200 (2026-11-26: 1 ~80 s, 2 > 210 s, 3 ~250 s, 4 ~25 s),
 # over one call's 10-minute limit with the start: run STEPS="1 2" and STEPS="3 4 5" as two
 # calls on the same warm machine. On an H100 (2026-11-27) STEPS="1 2 5" took 435 s (1: 112 s
@@ -129,7 +131,7 @@ fi
 # --- 3. the Multi30k base recipe through the GPU profile ---------------------------------------
 if wants 3; then
 MAX_STEPS=${MAX_STEPS:-$([ "$SHRINK" = 1 ] && echo 20 || echo 1500)}
-EVERY=$([ "$SHRINK" = 1 ] && echo 10 || echo 500)
+EVERY=${EVERY:-$([ "$SHRINK" = 1 ] && echo 10 || echo 500)}
 cat > /tmp/gpu_proof_overlay.yaml <<EOF
 # benchmarks/gpu_proof.sh: the recipe with max_steps cut to fit the GPU's lease
 experiments:
@@ -186,6 +188,17 @@ if wants 5 && [ "$SHRINK" = 0 ] && [ $(( $(date +%s) - START )) -lt "${STEP5_BEF
             python benchmarks/bench_training.py --skip-cpu --gpu-presets big --gpu-steps 20 \
             --compile --out "$OUT/training_compiled_baseline.json"
     fi
+fi
+# --- 6. SDPA's kernels one at a time (eager big): which one short sentences want -------------
+if wants 6; then
+if [ "$SHRINK" = 1 ]; then
+    step sdpa_backends 300 python benchmarks/bench_training.py --presets tiny --steps 1 \
+        --out "$OUT/training_sdpa.json"
+else
+    step sdpa_backends "${SDPA_LIMIT:-150}" python benchmarks/bench_training.py --skip-cpu \
+        --gpu-presets ${SDPA_PRESETS:-big} --gpu-steps 20 \
+        --sdpa-backend auto cudnn flash efficient math --out "$OUT/training_sdpa.json"
+fi
 fi
 say "done"
 cat /tmp/gpu_proof_steps.txt 2> /dev/null
