@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import sys
 from pathlib import Path
@@ -77,3 +78,46 @@ def test_a_benchmarks_step_counts_win_over_the_configs_by_precision(time_to_bleu
     assert cfg.for_precision("bf16-mixed").lr_cooldown_steps == 750
     assert train["by_precision"]["bf16-mixed"]["max_steps"] == 2400  # the config is not changed
     assert train_settings({"max_steps": 5}, max_steps=7)["by_precision"] == {}
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
+
+
+def test_learning_curves_of_two_runs_share_one_figure_and_its_csv(tmp_path, monkeypatch):
+    plot = _load("plot_learning_curves")
+    header = "step,elapsed_s,train_loss,lr,val_loss,val_ppl,val_bleu,val_bleu_beam\n"
+    new, old = tmp_path / "new.csv", tmp_path / "old.csv"
+    new.write_text(header + "50,30.0,5.1,0.001,,,,\n100,60.0,4.2,0.002,3.9,9.5,,21.5\n")
+    old.write_text(header + "1000,510.0,,,,9.56,,31.66\n")
+    png = tmp_path / "figs" / "curves.png"
+    monkeypatch.setattr(sys, "argv", ["plot", "--curve", f"bf16, a=b={new}",
+                                      "--curve", f"fp32={old}", "--out", str(png)])  # fmt: skip
+    plot.main()
+    assert png.stat().st_size > 0
+    with png.with_suffix(".csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    # the label is what precedes the last "=": it may hold "=" and commas
+    assert [r["experiment"] for r in rows] == ["bf16, a=b", "bf16, a=b", "fp32"]
+    assert [(r["step"], r["minutes"], r["val_bleu_beam"]) for r in rows] == [
+        ("50", "0.5", ""),
+        ("100", "1.0", "21.5"),
+        ("1000", "8.5", "31.66"),
+    ]
+
+
+def test_a_curve_without_a_label_or_file_is_refused(tmp_path, monkeypatch):
+    plot = _load("plot_learning_curves")
+    with pytest.raises(Exception, match="LABEL=PATH"):
+        plot.labelled_path(str(tmp_path / "metrics.csv"))
+    monkeypatch.setattr(sys, "argv", ["plot", "--curve", f"x={tmp_path / 'none.csv'}",
+                                      "--out", str(tmp_path / "f.png")])  # fmt: skip
+    with pytest.raises(SystemExit, match="no file"):
+        plot.main()
