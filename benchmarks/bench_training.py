@@ -370,7 +370,7 @@ def main() -> None:
         choices=SDPA_BACKENDS,
         default=["auto"],
         help="GPU rows: SDPA restricted to each of these kernels in turn (auto: PyTorch's "
-        "choice); a kernel that cannot run the step gives a row with its error",
+        "choice); a kernel that cannot run the step is printed with its error and skipped",
     )
     parser.add_argument(
         "--threads",
