@@ -124,6 +124,29 @@ def piece_names(spm_model: Path) -> list[str]:
     return names
 
 
+class PieceCodec:
+    """Text to and from our pieces as a peer reads and writes them (one sentence per line,
+    pieces joined by spaces, the names of ``piece_names``, no EOS): ``encode`` is our
+    SentencePiece model's ids as names; ``decode`` maps a peer's output pieces back to our ids
+    (pieces we do not have are dropped and counted in ``unknown``) and detokenises them."""
+
+    def __init__(self, spm_model: Path):
+        import sentencepiece as spm
+
+        self.sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+        self.names = piece_names(spm_model)
+        self.ids = {name: i for i, name in enumerate(self.names)}
+        self.unknown = 0
+
+    def encode(self, text: str) -> str:
+        return " ".join(self.names[i] for i in self.sp.encode(text, out_type=int))
+
+    def decode(self, pieces: str) -> str:
+        ids = [self.ids.get(piece) for piece in pieces.split()]
+        self.unknown += ids.count(None)
+        return self.sp.decode([i for i in ids if i is not None])
+
+
 def write_peer_data(paths: dict[str, Any], out: Path) -> dict[str, Any]:
     """``train.{src,tgt}`` as pieces of our token arrays, and ``vocab.txt`` (piece, tab, count)."""
     from transformer_nmt.data.token_array import TokenArray
@@ -155,8 +178,11 @@ def write_peer_data(paths: dict[str, Any], out: Path) -> dict[str, Any]:
     return {"vocab": vocab, "vocab_size": len(names), "sentences": sizes, "dict": fairseq_dict}
 
 
-def fairseq_binarise(args, data: dict[str, Any], dest: Path) -> Path:
-    """fairseq-preprocess of the piece files with our dictionary on both sides."""
+def fairseq_binarise(args, data: dict[str, Any], dest: Path, valid: str = "",
+                     tests: tuple[str, ...] = ()) -> Path:  # fmt: skip
+    """fairseq-preprocess of the piece files with our dictionary on both sides: ``train``, and
+    the piece files ``valid`` and ``tests`` (prefixes in ``data["dir"]``) as fairseq's subsets
+    valid, test, test1, ..."""
     cmd = [
         str(args.peer_venv / "bin" / "fairseq-preprocess"),
         "--source-lang", data["src"], "--target-lang", data["tgt"],
@@ -164,6 +190,10 @@ def fairseq_binarise(args, data: dict[str, Any], dest: Path) -> Path:
         "--srcdict", str(data["dict"]), "--tgtdict", str(data["dict"]),
         "--workers", str(args.threads),
     ]  # fmt: skip
+    if valid:
+        cmd += ["--validpref", str(data["dir"] / valid)]
+    if tests:
+        cmd += ["--testpref", ",".join(str(data["dir"] / t) for t in tests)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=thread_env(args.threads))
     if proc.returncode != 0:
         sys.exit(f"fairseq-preprocess failed:\n{proc.stderr[-3000:]}")

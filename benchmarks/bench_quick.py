@@ -69,6 +69,10 @@ LONG = [
     ("the CPU fast paths, one at a time (issue 32)", "~40 min",
      "python benchmarks/bench_fast_paths.py --only train --rounds 3 --steps 5; "
      "python benchmarks/bench_fast_paths.py --only decode --rounds 4"),
+    ("Wu et al. 2021's Multi30k recipe on fairseq beside the CPU recipe (issue 33)",
+     "~2-4 h (estimated), resumable",
+     "python benchmarks/bench_peer_recipe.py --data-mirror MIRROR --minutes 170 "
+     "[--resume] --ours results/runs/multi30k_en_de_cpu"),
     ("the demo from a local dataset against the registry's (issue 35)", "~18 min",
      "python benchmarks/bench_local_dataset.py --mirror MIRROR"),
     ("Table 3 at CPU scale (issue 37)", "~3 h of training",

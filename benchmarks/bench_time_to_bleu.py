@@ -319,20 +319,18 @@ def train_peer(exp: dict[str, Any], paths: dict[str, Any], peer_dir: Path, args)
 def peer_sources(paths, sets: list[str], work: Path, max_len_b: int) -> dict[str, dict]:
     """Each set's source as our SentencePiece pieces (the peer's training format: no EOS added)
     and eole's one output cap: the longest |x EOS| + max_len_b (ours: per sentence)."""
-    import sentencepiece as spm
-    from bench_peer_training import piece_names
+    from bench_peer_training import PieceCodec
 
-    sp = spm.SentencePieceProcessor(model_file=str(REPO / paths["spm"]))
-    names = piece_names(REPO / paths["spm"])
+    codec = PieceCodec(REPO / paths["spm"])
     sources = {}
     for test_set in sets:
         lines = (REPO / paths["text"](test_set, paths["src"])).read_text("utf-8").splitlines()
-        ids = [sp.encode(line, out_type=int) for line in lines]
+        encoded = [codec.encode(line) for line in lines]
         pieces = work / f"{test_set}.{paths['src']}.pieces"
-        pieces.write_text("".join(" ".join(names[i] for i in s) + "\n" for s in ids), "utf-8")
-        cap = max(len(s) + 1 for s in ids) + max_len_b
+        pieces.write_text("".join(line + "\n" for line in encoded), "utf-8")
+        cap = max(len(line.split()) + 1 for line in encoded) + max_len_b
         sources[test_set] = {"pieces": pieces, "max_length": cap}
-    return {"sets": sources, "sp": sp, "ids": {name: i for i, name in enumerate(names)}}
+    return {"sets": sources, "codec": codec}
 
 
 def score_peer_model(step_dir: Path, exp, paths, sources, work: Path, tag: str, args) -> dict:
@@ -347,20 +345,18 @@ def score_peer_model(step_dir: Path, exp, paths, sources, work: Path, tag: str, 
         peer_venv=args.peer_venv, beam=tr["beam"], alpha=tr["alpha"],
         max_tokens=tr["max_tokens"], runs=0,
     )  # fmt: skip
+    codec = sources["codec"]
     scores = {}
     for test_set, source in sources["sets"].items():
         out, hyp = work / f"{tag}.{test_set}.pieces", work / f"{tag}.{test_set}.hyp"
         started = time.time()
         time_eole(search, step_dir, None, source["pieces"], source["max_length"], args.threads, out)
         seconds = time.time() - started
-        unknown = 0
-        with open(hyp, "w", encoding="utf-8") as handle:
-            for line in out.read_text(encoding="utf-8").splitlines():
-                ids = [sources["ids"].get(piece) for piece in line.split()]
-                unknown += ids.count(None)
-                handle.write(sources["sp"].decode([i for i in ids if i is not None]) + "\n")
+        codec.unknown = 0
+        lines = out.read_text(encoding="utf-8").splitlines()
+        hyp.write_text("".join(codec.decode(line) + "\n" for line in lines), "utf-8")
         scores[test_set] = score_hyp(hyp, test_set, paths, work, tag)
-        scores[test_set].update(translate_seconds=seconds, unknown_pieces=unknown)
+        scores[test_set].update(translate_seconds=seconds, unknown_pieces=codec.unknown)
     return scores
 
 

@@ -121,3 +121,49 @@ def test_a_curve_without_a_label_or_file_is_refused(tmp_path, monkeypatch):
                                       "--out", str(tmp_path / "f.png")])  # fmt: skip
     with pytest.raises(SystemExit, match="no file"):
         plot.main()
+
+
+def test_peer_recipe_minutes_add_up_invocations_to_their_resume_points():
+    """A checkpoint's training minutes: the earlier invocations' time up to their last
+    ``checkpoint_last.pt`` (what came after was trained again), then its own invocation's."""
+    recipe = _load("bench_peer_recipe")
+    segments = [
+        {"started": 0.0, "ended": 600.0, "resume_at": 480.0},
+        {"started": 1000.0, "ended": 1600.0, "resume_at": 1570.0},
+        {"started": 2000.0},  # still running
+    ]
+    assert recipe.trained_minutes(300.0, segments) == pytest.approx(5.0)
+    assert recipe.trained_minutes(1060.0, segments) == pytest.approx((480 + 60) / 60)
+    assert recipe.trained_minutes(2120.0, segments) == pytest.approx((480 + 570 + 120) / 60)
+    assert recipe.trained_minutes(800.0, segments) is None  # written by no invocation
+
+
+def test_peer_recipe_reads_fairseqs_checkpoints_and_hypotheses_in_order(tmp_path):
+    recipe = _load("bench_peer_recipe")
+    for name in ("checkpoint2.pt", "checkpoint12.pt", "checkpoint_9_1000.pt",
+                 "checkpoint_5_500.pt", "checkpoint_last.pt", "checkpoint_best.pt"):  # fmt: skip
+        (tmp_path / name).write_bytes(b"")
+    by_update, by_epoch = recipe.checkpoints(tmp_path)
+    assert [(n, p.name) for n, p in by_update] == [
+        (500, "checkpoint_5_500.pt"), (1000, "checkpoint_9_1000.pt")]  # fmt: skip
+    assert [n for n, _ in by_epoch] == [2, 12]  # numerically, not as text
+    out = "S-1\tb c\nT-1\tx\nH-1\t-0.3\tein ▁Hund\nD-1\t-0.3\tein ▁Hund\nH-0\t-0.1\t▁Ein\n"
+    assert recipe.read_hypotheses(out, 2) == ["▁Ein", "ein ▁Hund"]
+    with pytest.raises(ValueError, match="no hypothesis for 1 of 3 sentences"):
+        recipe.read_hypotheses(out, 3)
+
+
+def test_peer_recipe_trains_wu_et_als_post_ln_shape_with_the_updates_of_two_gpus(tmp_path):
+    recipe = _load("bench_peer_recipe")
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(update_freq=2, max_update=8000, every_updates=500, seed=1)
+    argv = recipe.fairseq_train_args(args, tmp_path / "bin", tmp_path / "ckpt", "en", "de")
+    for side in ("encoder", "decoder"):
+        assert argv[argv.index(f"--{side}-layers") + 1] == "4"
+        assert argv[argv.index(f"--{side}-embed-dim") + 1] == "128"
+        assert argv[argv.index(f"--{side}-ffn-embed-dim") + 1] == "256"
+        assert f"--{side}-normalize-before" not in argv  # post-LN, fairseq's default
+    assert "--share-all-embeddings" in argv
+    assert [argv[argv.index(k) + 1] for k in ("--update-freq", "--max-tokens", "--lr")] == [
+        "2", "4096", "0.005"]  # fmt: skip
