@@ -130,8 +130,10 @@ def stage(*args: str, log: Path | None = None) -> None:
         sys.exit(f"stage {args[0]} failed ({proc.returncode}):\n{tail}")
 
 
-def run_for_budget(cmd: list[str], log: Path, minutes: float) -> tuple[float, float]:
-    """Run a training command until it ends or ``minutes`` have passed, then interrupt it
+def run_for_budget(
+    cmd: list[str], log: Path, minutes: float, stop: signal.Signals = signal.SIGINT
+) -> tuple[float, float]:
+    """Run a training command until it ends or ``minutes`` have passed, then send it ``stop``
     (SIGINT: Lightning's graceful shutdown; eole's KeyboardInterrupt) and wait for it (SIGKILL
     after 2 minutes more). Returns (its start, epoch seconds; its wall seconds)."""
     started = time.time()
@@ -140,7 +142,7 @@ def run_for_budget(cmd: list[str], log: Path, minutes: float) -> tuple[float, fl
         try:
             proc.wait(timeout=minutes * 60)
         except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(stop)
             try:
                 proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
