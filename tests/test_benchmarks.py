@@ -167,3 +167,23 @@ def test_peer_recipe_trains_wu_et_als_post_ln_shape_with_the_updates_of_two_gpus
     assert "--share-all-embeddings" in argv
     assert [argv[argv.index(k) + 1] for k in ("--update-freq", "--max-tokens", "--lr")] == [
         "2", "4096", "0.005"]  # fmt: skip
+
+
+def test_a_peers_pieces_decode_to_our_text_and_unknown_pieces_are_counted(tmp_path):
+    """``PieceCodec``: what a peer reads (our ids as piece names) and what it writes back go
+    through our SentencePiece model unchanged; a piece we do not have is dropped and counted."""
+    import sentencepiece as spm
+
+    peers = _load("bench_peer_training")
+    text = tmp_path / "t.txt"
+    text.write_text("".join(f"ein Hund läuft über {i} Wiesen\n" for i in range(300)), "utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(text), model_prefix=str(tmp_path / "m"), vocab_size=60, minloglevel=2,
+        pad_id=0, unk_id=1, bos_id=2, eos_id=3,
+    )  # fmt: skip
+    codec = peers.PieceCodec(tmp_path / "m.model")
+    line = "ein Hund läuft über 17 Wiesen"
+    pieces = codec.encode(line)
+    assert pieces.split() and all(p in codec.ids for p in pieces.split())
+    assert codec.decode(pieces) == line and codec.unknown == 0
+    assert codec.decode(f"{pieces} ▁nichtda") == line and codec.unknown == 1
