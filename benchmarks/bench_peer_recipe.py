@@ -92,6 +92,8 @@ DONE = re.compile(r"done training in [0-9.]+ seconds")
 EPOCH_CKPT = re.compile(r"checkpoint(\d+)\.pt")
 UPDATE_CKPT = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")
 HYPOTHESIS = re.compile(r"^H-(\d+)\t[^\t]*\t(.*)$")
+# The mean of the epoch checkpoints' weights, what fairseq's scripts/average_checkpoints.py
+# does; that script is not in the fairseq-fixed package, so the peer's python runs this.
 AVERAGE = """\
 import sys, torch
 out, paths = sys.argv[1], sys.argv[2:]
@@ -192,7 +194,10 @@ def translate(args, model: Path, subset: str, test_set: str, ctx: dict, tag: str
     codec = ctx["codec"]
     codec.unknown = 0
     hyp = work / f"{tag}.{test_set}.hyp"
-    pieces = read_hypotheses(proc.stdout, sentences)
+    try:
+        pieces = read_hypotheses(proc.stdout, sentences)
+    except ValueError as err:
+        sys.exit(f"{model} on {subset}: {err}; its output is not fairseq-generate's H- lines")
     hyp.write_text("".join(codec.decode(line) + "\n" for line in pieces), encoding="utf-8")
     scores = score_hyp(hyp, test_set, ctx["paths"], work, f"{tag}.sacrebleu")
     scores.update(translate_seconds=seconds, unknown_pieces=codec.unknown)
