@@ -294,6 +294,31 @@ def run_fairseq(args, train_args: list[str], run_dir: Path) -> dict[str, Any]:
     return summarise(windows, cpu, args, tgt_per_batch)
 
 
+# What our runs depend on: an earlier output with these settings equal measured the same runs.
+OURS_SETTINGS = ("steps", "log_every", "max_tokens", "threads", "pad_multiple", "precision",
+                 "ours_relu_dropout", "warmup", "lr_scale")  # fmt: skip
+
+
+def reused_ours_runs(path: Path, args) -> list[dict[str, Any]]:
+    """``--ours-from``: our runs from an earlier output of this script (another peer's run on
+    this machine), so one ``make bench`` trains ours once for both peers. Its settings for our
+    side must be this run's, and it must have ``--runs`` of them."""
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+        settings, rows = earlier["settings"], earlier["runs"]["ours"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        sys.exit(f"--ours-from {path}: not an output of bench_peer_training.py ({err}); "
+                 "leave --ours-from out to train ours here")  # fmt: skip
+    for key in OURS_SETTINGS:
+        if settings.get(key) != getattr(args, key):
+            sys.exit(f"--ours-from {path}: its {key} is {settings.get(key)!r}, this run's is "
+                     f"{getattr(args, key)!r}; rerun it with the same settings or leave "
+                     "--ours-from out")  # fmt: skip
+    if len(rows) < args.runs:
+        sys.exit(f"--ours-from {path}: {len(rows)} of our runs, --runs is {args.runs}")
+    return rows[: args.runs]
+
+
 def run_peer(args, cfg_path: Path, run_dir: Path) -> dict[str, Any]:
     cmd = [str(args.peer_venv / "bin" / "eole"), "train", "-config", str(cfg_path)]
     log, cpu = run(cmd, run_dir, args.threads, EOLE_LINE)
@@ -457,6 +482,11 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--data-mirror", default=os.environ.get("TRANSFORMER_NMT_MIRROR"))
     parser.add_argument("--out", type=Path, help="default benchmarks/out/peer_training_<peer>.json")
+    parser.add_argument(
+        "--ours-from", type=Path,
+        help="an earlier output of this script on this machine with the same settings for "
+        "ours: its runs of ours are reported instead of training ours again",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.steps < 2 * args.log_every:
         parser.error("--steps must be at least two log windows (the first is left out)")
@@ -485,11 +515,16 @@ def main() -> int:
     else:
         train_args = fairseq_args(args, data, fairseq_binarise(args, data, work / "fairseq_bin"))
 
+    ours_reused = reused_ours_runs(args.ours_from, args) if args.ours_from else None
     load_before = os.getloadavg()
     results: dict[str, list[dict[str, Any]]] = {"ours": [], "peer": []}
     for i in range(args.runs):
         order = ("ours", "peer") if i % 2 == 0 else ("peer", "ours")
         for who in order:
+            if who == "ours" and ours_reused is not None:
+                results["ours"].append(ours_reused[i])
+                print(f"run {i} ours: from {args.ours_from}", flush=True)
+                continue
             run_dir = work / f"{who}_{i}"
             load = os.getloadavg()[0]
             started = time.perf_counter()

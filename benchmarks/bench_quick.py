@@ -1,6 +1,7 @@
 """``make bench``: the quick set of the project's headline comparisons, rerun on this machine
-and written as records (issue 33 item 6). About 36 minutes on 2 cores (estimated from the
-parts' separate runs: the demo ~9, CTranslate2 ~4, eole ~12, fairseq ~11):
+and written as records (issue 33 item 6). It took 33.4 minutes on a 2-core Xeon with AMX
+(2026-11-27) with 100 updates per peer run and ours trained for each peer; 75 updates and ours
+shared are meant to bring it under 30 (benchmarks/RESULTS.md has the measurement):
 
 1. **The demo**: ``config/config.yaml``'s whole DAG in a fresh working directory (the data from
    ``--mirror``): minutes, training seconds and target tokens/s, peak RSS, sacreBLEU, chrF and
@@ -12,7 +13,8 @@ parts' separate runs: the demo ~9, CTranslate2 ~4, eole ~12, fairseq ~11):
    virtual environment, ``benchmarks/peers/install_eole.sh``; skipped with that advice when it
    is missing). Record ``peer_training_<machine>``.
 4. **Training against fairseq**: the same in fp32 (fairseq has no CPU autocast), its virtual
-   environment from ``benchmarks/peers/install_fairseq.sh``. Record
+   environment from ``benchmarks/peers/install_fairseq.sh``; our fp32 runs are item 3's
+   (``--ours-from``) when item 3 ran. Record
    ``peer_training_fairseq_<machine>``.
 
 ``<machine>`` names the CPU class the figures belong to (``machine_key``): ``xeon_amx``,
@@ -57,6 +59,10 @@ PEER_PARTS = {
     "peer": ("eole", "eole", ("fp32", "bf16"), "peer_training"),
     "fairseq": ("fairseq", "fairseq-train", ("fp32",), "peer_training_fairseq"),
 }
+
+# Updates per training run against a peer: the first 25-update window is left out (warm-up), the
+# median of the two after it is the run's speed; 2 runs a side (100 updates made the set ~34 min).
+PEER_STEPS = 75
 
 LONG = [
     ("the CPU recipe, whole DAG (issue 36)", "~60 min",
@@ -188,15 +194,22 @@ def run_peer(part: str, out_dir: Path, mirror: Path | None) -> dict[str, Any] | 
     if not (venv / "bin" / program).exists():
         print(f"[{part}] skipped: no {name} in {venv}; run benchmarks/peers/install_{name}.sh")
         return None
-    values = {}
+    values, shared = {}, ""
     for precision in precisions:
         out = out_dir / f"{part}_{precision}.json"
         cmd = [sys.executable, str(BENCH / "bench_peer_training.py"), "--peer", name,
-               "--steps", "100", "--runs", "2", "--log-every", "25", "--precision", precision,
-               "--out", str(out)]  # fmt: skip
+               "--steps", str(PEER_STEPS), "--runs", "2", "--log-every", "25",
+               "--precision", precision, "--out", str(out)]  # fmt: skip
         if mirror is not None:
             cmd += ["--data-mirror", str(mirror)]
-        print(f"[{part}] {precision}", flush=True)
+        # Ours is trained once per precision: the other peer's part reuses those runs.
+        earlier = [(out_dir / f"{other}_{precision}.json", PEER_PARTS[other][0])
+                   for other in PEER_PARTS if other != part]  # fmt: skip
+        ours = next((path for path, _ in earlier if path.exists()), None)
+        if ours is not None:
+            cmd += ["--ours-from", str(ours)]
+            shared = f"runs of the {dict(earlier)[ours]} comparison in the same make bench"
+        print(f"[{part}] {precision}" + (f", ours from {ours.name}" if ours else ""), flush=True)
         subprocess.run(cmd, check=True, env=_python_env())
         result = json.loads(out.read_text(encoding="utf-8"))
         values[f"ours_{precision}"] = round(result["median"]["ours"]["tgt_tokens_per_s"])
@@ -209,9 +222,10 @@ def run_peer(part: str, out_dir: Path, mirror: Path | None) -> dict[str, Any] | 
         "derived": {f"ratio_{p}": [f"ours_{p}", "/", f"{name}_{p}"] for p in precisions},
         "what": f"training the tiny shape (d_model 256, pre-LN) on the demo's data, target "
         f"tokens/s, ours against {peer} on the same model, data, batch and threads; loss after "
-        "100 updates",
-        "command": f"python benchmarks/bench_peer_training.py --peer {name} --steps 100 --runs 2 "
-        f"--log-every 25 --precision {'|'.join(precisions)} --data-mirror MIRROR",
+        f"{PEER_STEPS} updates" + (f"; ours are the {shared}" if shared else ""),
+        "command": f"python benchmarks/bench_peer_training.py --peer {name} --steps {PEER_STEPS} "
+        f"--runs 2 --log-every 25 --precision {'|'.join(precisions)} --data-mirror MIRROR"
+        + (" --ours-from <that part's output>" if shared else ""),
         "runs": 2,
         "spread": "medians of 2 runs per side, alternating order",
     }

@@ -187,3 +187,29 @@ def test_a_peers_pieces_decode_to_our_text_and_unknown_pieces_are_counted(tmp_pa
     assert pieces.split() and all(p in codec.ids for p in pieces.split())
     assert codec.decode(pieces) == line and codec.unknown == 0
     assert codec.decode(f"{pieces} ▁nichtda") == line and codec.unknown == 1
+
+
+def test_ours_from_an_earlier_run_needs_its_settings_for_our_side(tmp_path):
+    """``--ours-from``: the fairseq part of ``make bench`` reports the runs of ours that the
+    eole part trained, only when those were trained as this run would train them."""
+    import argparse
+    import json
+
+    peers = _load("bench_peer_training")
+    args = argparse.Namespace(steps=100, log_every=25, max_tokens=4096, threads=2, pad_multiple=1,
+                              precision="fp32", ours_relu_dropout=0.0, warmup=100, lr_scale=0.5,
+                              runs=2)  # fmt: skip
+    rows = [{"run": i, "tgt_tokens_per_s": 3500.0 + i} for i in range(3)]
+    settings = {k: getattr(args, k) for k in peers.OURS_SETTINGS} | {"peer": "eole"}
+    earlier = tmp_path / "peer_fp32.json"
+    earlier.write_text(json.dumps({"settings": settings, "runs": {"ours": rows}}), "utf-8")
+    assert peers.reused_ours_runs(earlier, args) == rows[:2]
+
+    other = argparse.Namespace(**{**vars(args), "precision": "bf16"})
+    with pytest.raises(SystemExit, match="its precision is 'fp32', this run's is 'bf16'"):
+        peers.reused_ours_runs(earlier, other)
+    with pytest.raises(SystemExit, match="3 of our runs, --runs is 4"):
+        peers.reused_ours_runs(earlier, argparse.Namespace(**{**vars(args), "runs": 4}))
+    earlier.write_text("{}", "utf-8")
+    with pytest.raises(SystemExit, match="not an output of bench_peer_training.py"):
+        peers.reused_ours_runs(earlier, args)
