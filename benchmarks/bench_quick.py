@@ -241,7 +241,7 @@ def duration_record(seconds: dict[str, float]) -> dict[str, Any]:
         "values": values,
         "derived": {"total_minutes": ["total_seconds", "/", 60]},
         "what": "the wall time of the whole quick set (every part), the venvs already installed",
-        "command": "make bench ARGS=\"--mirror MIRROR\" (python benchmarks/bench_quick.py)",
+        "command": 'make bench ARGS="--mirror MIRROR" (python benchmarks/bench_quick.py)',
         "runs": 1,
         "spread": "one run; the demo's share moves with the host's speed (up to ~25 % between "
         "days on one VM class)",
