@@ -495,6 +495,8 @@ def main() -> int:
                      "weights): compare it in fp32")  # fmt: skip
     args.peer_venv = args.peer_venv or REPO / "benchmarks" / f".venv-peer-{args.peer}"
     args.out = args.out or OUT / f"peer_training_{args.peer}.json"
+    # before the data work: a bad --ours-from fails at once
+    ours_reused = reused_ours_runs(args.ours_from, args) if args.ours_from else None
     program = args.peer_venv / "bin" / PEER_PROGRAMS[args.peer]
     if not program.exists():
         sys.exit(f"{args.peer_venv}: no {program.name} there; run "
@@ -515,7 +517,6 @@ def main() -> int:
     else:
         train_args = fairseq_args(args, data, fairseq_binarise(args, data, work / "fairseq_bin"))
 
-    ours_reused = reused_ours_runs(args.ours_from, args) if args.ours_from else None
     load_before = os.getloadavg()
     results: dict[str, list[dict[str, Any]]] = {"ours": [], "peer": []}
     for i in range(args.runs):

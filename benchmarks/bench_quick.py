@@ -205,13 +205,13 @@ def run_peer(part: str, out_dir: Path, mirror: Path | None) -> dict[str, Any] | 
         if mirror is not None:
             cmd += ["--data-mirror", str(mirror)]
         # Ours is trained once per precision: the other peer's part reuses those runs.
-        earlier = [(out_dir / f"{other}_{precision}.json", PEER_PARTS[other][0])
-                   for other in PEER_PARTS if other != part]  # fmt: skip
-        ours = next((path for path, _ in earlier if path.exists()), None)
-        if ours is not None:
-            cmd += ["--ours-from", str(ours)]
-            shared = f"runs of the {dict(earlier)[ours]} comparison in the same make bench"
-        print(f"[{part}] {precision}" + (f", ours from {ours.name}" if ours else ""), flush=True)
+        for other in PEER_PARTS:
+            ours = out_dir / f"{other}_{precision}.json"
+            if other != part and ours.exists():
+                cmd += ["--ours-from", str(ours)]
+                shared = f"runs of the {PEER_PARTS[other][0]} comparison in the same make bench"
+                break
+        print(f"[{part}] {precision}" + (f", ours from {ours.name}" if shared else ""), flush=True)
         subprocess.run(cmd, check=True, env=_python_env())
         result = json.loads(out.read_text(encoding="utf-8"))
         values[f"ours_{precision}"] = round(result["median"]["ours"]["tgt_tokens_per_s"])
@@ -229,7 +229,8 @@ def run_peer(part: str, out_dir: Path, mirror: Path | None) -> dict[str, Any] | 
         f"--runs 2 --log-every 25 --precision {'|'.join(precisions)} --data-mirror MIRROR"
         + (" --ours-from <that part's output>" if shared else ""),
         "runs": 2,
-        "spread": "medians of 2 runs per side, alternating order",
+        "spread": "medians of 2 runs per side, alternating order"
+        + (" (ours' runs alternated with the other peer's)" if shared else ""),
     }
 
 
