@@ -205,13 +205,16 @@ def run_peer(part: str, out_dir: Path, mirror: Path | None) -> dict[str, Any] | 
         if mirror is not None:
             cmd += ["--data-mirror", str(mirror)]
         # Ours is trained once per precision: the other peer's part reuses those runs.
+        ours_from = None  # this precision's: a part may share one precision and not another
         for other in PEER_PARTS:
-            ours = out_dir / f"{other}_{precision}.json"
-            if other != part and ours.exists():
-                cmd += ["--ours-from", str(ours)]
+            earlier = out_dir / f"{other}_{precision}.json"
+            if other != part and earlier.exists():
+                ours_from = earlier
+                cmd += ["--ours-from", str(ours_from)]
                 shared = f"runs of the {PEER_PARTS[other][0]} comparison in the same make bench"
                 break
-        print(f"[{part}] {precision}" + (f", ours from {ours.name}" if shared else ""), flush=True)
+        print(f"[{part}] {precision}" + (f", ours from {ours_from.name}" if ours_from else ""),
+              flush=True)  # fmt: skip
         subprocess.run(cmd, check=True, env=_python_env())
         result = json.loads(out.read_text(encoding="utf-8"))
         values[f"ours_{precision}"] = round(result["median"]["ours"]["tgt_tokens_per_s"])
