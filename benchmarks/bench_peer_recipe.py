@@ -75,6 +75,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import build_data, data_paths, load_experiment  # noqa: E402
+from stage_process import machine  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"
@@ -131,6 +132,13 @@ def fairseq_train_args(args, bin_dir: Path, save_dir: Path, src: str, tgt: str) 
         "--log-format", "simple", "--log-interval", "100", "--cpu",
         "--num-workers", "1", "--seed", str(args.seed),
     ]  # fmt: skip
+
+
+def minutes_ratios(
+    peer: dict[str, float | None], ours: dict[str, float | None]
+) -> dict[str, float]:
+    """Our minutes to each dev BLEU target over the peer's, for the targets both sides reached."""
+    return {t: ours[t] / peer[t] for t in peer if peer[t] and ours.get(t) is not None}
 
 
 def trained_minutes(mtime: float, segments: list[dict[str, float]]) -> float | None:
@@ -354,7 +362,8 @@ def main() -> int:
         state["command"] = ["fairseq-train", *train_args]
         log = run_dir / "train.log"
         print(f"fairseq-train for at most {args.minutes:g} minutes; log {log}", flush=True)
-        segment = {"started": time.time()}
+        # invocations may run on different days and hosts: each names its own machine
+        segment = {"started": time.time(), "machine": machine()}
         state["segments"].append(segment)
         state_path.write_text(json.dumps(state, indent=2) + "\n")
         cmd = [str(args.peer_venv / "bin" / "fairseq-train"), *train_args]
@@ -404,6 +413,9 @@ def main() -> int:
         cells = ", ".join(f"{t}: {'not reached' if m is None else f'{m:.1f} min'}"
                           for t, m in by_target.items())  # fmt: skip
         print(f"{side}: minutes to dev BLEU {cells}")
+    ratios = minutes_ratios(*reached.values()) if ours else {}
+    for target, ratio in ratios.items():
+        print(f"ours / fairseq, minutes to dev BLEU {target}: {ratio:.2f} (goal: <= 0.5)")
     if final:
         for test_set, s in final["scores"].items():
             epochs = f"{final['epochs'][0]}-{final['epochs'][-1]}"
@@ -419,10 +431,10 @@ def main() -> int:
         "peer": peer_version(args.peer_venv, "fairseq-fixed"),
         "recipe": {**WU2021, "update_freq": args.update_freq, "max_update": args.max_update},
         "config": str(config_path), "experiment": name, "threads": args.threads,
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": {**machine(), "platform": platform.platform()},
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "state": state, "rows": rows, "final": final, "ours": ours,
-        "minutes_to_dev_bleu": reached,
+        "minutes_to_dev_bleu": reached, "ours_over_peer_minutes": ratios,
     }  # fmt: skip
     out = OUT / f"peer_recipe_{args.name}.json"
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -138,6 +138,14 @@ def test_peer_recipe_minutes_add_up_invocations_to_their_resume_points():
     assert recipe.trained_minutes(800.0, segments) is None  # written by no invocation
 
 
+def test_peer_recipe_compares_minutes_only_where_both_sides_reached_the_target():
+    recipe = _load("bench_peer_recipe")
+    peer = {"30.0": 40.0, "35.0": 80.0, "40.0": None}
+    ours = {"30.0": 10.0, "35.0": None, "40.0": 50.0}
+    assert recipe.minutes_ratios(peer, ours) == {"30.0": pytest.approx(0.25)}
+    assert recipe.minutes_ratios(peer, {**ours, "35.0": 60.0})["35.0"] == pytest.approx(0.75)
+
+
 def test_peer_recipe_reads_fairseqs_checkpoints_and_hypotheses_in_order(tmp_path):
     recipe = _load("bench_peer_recipe")
     for name in ("checkpoint2.pt", "checkpoint12.pt", "checkpoint_9_1000.pt",
