@@ -177,6 +177,17 @@ def test_peer_recipe_trains_wu_et_als_post_ln_shape_with_the_updates_of_two_gpus
         "2", "4096", "0.005"]  # fmt: skip
 
 
+def test_peer_recipe_decodes_every_sentence_with_wu_et_als_beam(tmp_path):
+    """fairseq 0.12 drops a last batch whose size is not a multiple of
+    --required-batch-size-multiple (8 by default): the evaluation asks for 1."""
+    recipe = _load("bench_peer_recipe")
+    argv = recipe.fairseq_generate_args(tmp_path / "bin", tmp_path / "m.pt", "valid", "en", "de")
+    value = {k: argv[argv.index(k) + 1] for k in ("--required-batch-size-multiple", "--beam",
+                                                  "--lenpen", "--gen-subset")}  # fmt: skip
+    assert value == {"--required-batch-size-multiple": "1", "--beam": "5", "--lenpen": "1.0",
+                     "--gen-subset": "valid"}  # fmt: skip
+
+
 def test_a_peers_pieces_decode_to_our_text_and_unknown_pieces_are_counted(tmp_path):
     """``PieceCodec``: what a peer reads (our ids as piece names) and what it writes back go
     through our SentencePiece model unchanged; a piece we do not have is dropped and counted."""
