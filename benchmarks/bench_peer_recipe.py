@@ -28,9 +28,14 @@ pieces (``bench_peer_training.write_peer_data``: the same ids, our vocabulary as
 dictionary) and its output pieces are detokenised by our SentencePiece model. Wu et al. trained
 on lowercased, tokenized text with 10,000 BPE merges; their 41.02 is not this run's number.
 
-**The curve.** fairseq also saves a checkpoint every ``--every-updates`` updates (500). After
-training, each is translated on the dev set (valid) by ``fairseq-generate`` (beam 5) and scored
-by our ``score`` stage (sacreBLEU). Its minutes are from the start of the ``fairseq-train``
+**The curve.** fairseq keeps every epoch's checkpoint; after training, the first epoch
+checkpoint at or past every ``--every-updates`` updates (500), and the last, is translated on
+the dev set (valid) by ``fairseq-generate`` (beam 5) and scored by our ``score`` stage
+(sacreBLEU). Epoch checkpoints, not fairseq's ``--save-interval-updates``: fairseq validates at
+every mid-epoch save and counts that validation toward ``--patience``, so extra saves would stop
+the recipe earlier than published (a run of this script at 027890d stopped at update 4,500,
+inside epoch 68, where epoch-end validations alone would have gone on at least to the end of
+epoch 69). Its minutes are from the start of the ``fairseq-train``
 process to the checkpoint file's modification time. Training may run in several invocations
 (``--minutes`` per invocation, ``--resume`` to go on: fairseq restarts from its
 ``checkpoint_last.pt``); the minutes add up each earlier invocation's time up to its last
@@ -127,8 +132,9 @@ def fairseq_train_args(args, bin_dir: Path, save_dir: Path, src: str, tgt: str) 
         "--warmup-updates", str(w["warmup_updates"]), "--warmup-init-lr", str(w["warmup_init_lr"]),
         "--max-tokens", str(w["max_tokens"]), "--update-freq", str(args.update_freq),
         "--max-update", str(args.max_update), "--patience", str(w["patience"]),
-        "--save-dir", str(save_dir), "--save-interval-updates", str(args.every_updates),
-        "--keep-interval-updates", "-1", "--keep-last-epochs", str(w["average_last_epochs"]),
+        # every epoch's checkpoint (~28 MB each) is kept for the curve; no mid-epoch saves,
+        # whose validations would count toward --patience (module doc)
+        "--save-dir", str(save_dir), "--keep-last-epochs", "-1",
         "--log-format", "simple", "--log-interval", "100", "--cpu",
         "--num-workers", "1", "--seed", str(args.seed),
     ]  # fmt: skip
@@ -168,6 +174,30 @@ def fairseq_generate_args(bin_dir: Path, model: Path, subset: str, src: str, tgt
         "--beam", str(w["beam"]), "--lenpen", str(w["lenpen"]),
         "--batch-size", str(w["batch_size"]), "--required-batch-size-multiple", "1", "--cpu",
     ]  # fmt: skip
+
+
+SAVED = re.compile(r"Saved checkpoint \S*?checkpoint(\d+)\.pt \(epoch \d+ @ (\d+) updates")
+
+
+def epoch_updates(train_log: str) -> dict[int, int]:
+    """Updates done at each epoch checkpoint, from fairseq-train's "Saved checkpoint" lines."""
+    return {int(m[1]): int(m[2]) for m in SAVED.finditer(train_log)}
+
+
+def curve_checkpoints(
+    by_epoch: list[tuple[int, Path]], updates_at: dict[int, int], every: int
+) -> list[tuple[int, Path]]:
+    """(updates, checkpoint) for the curve: the first epoch checkpoint at or past each multiple
+    of ``every`` updates, and the last epoch's."""
+    known = [(updates_at[epoch], path) for epoch, path in by_epoch if epoch in updates_at]
+    chosen, next_mark = [], every
+    for updates, path in known:
+        if updates >= next_mark:
+            chosen.append((updates, path))
+            next_mark = (updates // every + 1) * every
+    if known and (not chosen or chosen[-1] != known[-1]):
+        chosen.append(known[-1])
+    return chosen
 
 
 def checkpoints(save_dir: Path) -> tuple[list[tuple[int, Path]], list[tuple[int, Path]]]:
@@ -313,7 +343,10 @@ def main() -> int:
     )
     parser.add_argument("--max-update", type=int, default=WU2021["max_update"])
     parser.add_argument(
-        "--every-updates", type=int, default=500, help="a checkpoint for the curve every N updates"
+        "--every-updates",
+        type=int,
+        default=500,
+        help="an epoch checkpoint on the curve every N updates",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -393,8 +426,14 @@ def main() -> int:
 
     # --- the curve: every N updates on dev ---------------------------------------------------
     by_update, by_epoch = checkpoints(save_dir)
+    # a run made before the curve took epoch checkpoints (e.g. at 027890d) saved mid-epoch
+    # ones for it and kept only the last 10 epochs: its curve is those mid-epoch checkpoints
+    train_log = run_dir / "train.log"
+    log_text = train_log.read_text("utf-8", "replace") if train_log.exists() else ""
+    updates_at = epoch_updates(log_text)
+    curve = by_update or curve_checkpoints(by_epoch, updates_at, args.every_updates)
     rows = []
-    for updates, path in by_update:
+    for updates, path in curve:
         minutes = trained_minutes(path.stat().st_mtime, state["segments"])
         scores = translate(args, path, "valid", "valid", ctx, f"u{updates}")
         rows.append({"updates": updates, "minutes": minutes, "valid": scores})

@@ -161,6 +161,24 @@ def test_peer_recipe_reads_fairseqs_checkpoints_and_hypotheses_in_order(tmp_path
         recipe.read_hypotheses(out, 3)
 
 
+def test_peer_recipe_curve_takes_epoch_checkpoints_at_each_multiple_of_its_spacing(tmp_path):
+    recipe = _load("bench_peer_recipe")
+    log = "".join(
+        f"2026-11-28 | INFO | fairseq.checkpoint_utils | Saved checkpoint {tmp_path}/"
+        f"checkpoint{e}.pt (epoch {e} @ {67 * e} updates, score 4.1) (writing took 0.1 s)\n"
+        for e in range(1, 21)
+    )
+    updates_at = recipe.epoch_updates(log)
+    assert updates_at[8] == 536 and len(updates_at) == 20
+    by_epoch = [(e, tmp_path / f"checkpoint{e}.pt") for e in range(11, 21)]  # the last 10 kept
+    curve = recipe.curve_checkpoints(by_epoch, updates_at, 500)
+    # 737 is the first past 500 kept here; 1,005 past 1,000; the last epoch always
+    assert [u for u, _ in curve] == [737, 1005, 1340]
+    assert curve[-1][1].name == "checkpoint20.pt"
+    assert recipe.curve_checkpoints(by_epoch, updates_at, 100)[:2] == [
+        (737, by_epoch[0][1]), (804, by_epoch[1][1])]  # fmt: skip
+
+
 def test_peer_recipe_trains_wu_et_als_post_ln_shape_with_the_updates_of_two_gpus(tmp_path):
     recipe = _load("bench_peer_recipe")
     from types import SimpleNamespace
@@ -173,6 +191,9 @@ def test_peer_recipe_trains_wu_et_als_post_ln_shape_with_the_updates_of_two_gpus
         assert argv[argv.index(f"--{side}-ffn-embed-dim") + 1] == "256"
         assert f"--{side}-normalize-before" not in argv  # post-LN, fairseq's default
     assert "--share-all-embeddings" in argv
+    # no mid-epoch saves: fairseq would validate there and count it toward --patience
+    assert "--save-interval-updates" not in argv
+    assert argv[argv.index("--keep-last-epochs") + 1] == "-1"
     assert [argv[argv.index(k) + 1] for k in ("--update-freq", "--max-tokens", "--lr")] == [
         "2", "4096", "0.005"]  # fmt: skip
 
