@@ -54,8 +54,9 @@ and a figure of dev BLEU against minutes beside it. Run directory:
 ``benchmarks/out/peer_recipe/<name>/`` (one that exists is gone on with by ``--resume``, else
 refused: nothing is deleted).
 
-Usage (repository root, the project's venv; ~3 h of fairseq training on a 2-core Xeon at
-``--update-freq 2``: ~5,000 target tokens/s, 6,850 per update):
+Usage (repository root, the project's venv; on a 2-core Xeon at ``--update-freq 2``, ~5,000
+target tokens/s and 6,760 per update, ``--patience`` stopped a run after 4,500 updates and 100
+minutes; the 8,000 updates at most would take ~3 h):
 
     python benchmarks/bench_peer_recipe.py --data-mirror ../shared/data --minutes 150
     python benchmarks/bench_peer_recipe.py --resume --minutes 150          # the next session

@@ -78,7 +78,7 @@ LONG = [
      "python benchmarks/bench_fast_paths.py --only train --rounds 3 --steps 5; "
      "python benchmarks/bench_fast_paths.py --only decode --rounds 4"),
     ("Wu et al. 2021's Multi30k recipe on fairseq beside the CPU recipe (issue 33)",
-     "~3 h of fairseq training (its measured speed), resumable",
+     "~2 h of fairseq training (100 min to its --patience stop; 3 h at most), resumable",
      "python benchmarks/bench_peer_recipe.py --data-mirror MIRROR --minutes 170 "
      "[--resume] --ours results/runs/multi30k_en_de_cpu"),
     ("the demo from a local dataset against the registry's (issue 35)", "~18 min",
