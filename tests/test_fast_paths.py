@@ -121,6 +121,7 @@ def test_the_allocator_is_left_alone_with_its_fast_path_off(
     monkeypatch.setattr(cpu_memory.ctypes, "CDLL", no_c_library)
     fast_paths.set_fast_paths("off")
     assert "allocator fast path is off" in cpu_memory.keep_freed_memory()
+    assert cpu_memory.release_freed_memory() is False
 
 
 def test_the_config_key_sets_the_jobs_switch_and_names_a_bad_path() -> None:

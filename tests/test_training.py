@@ -283,6 +283,17 @@ def test_slurm_jobs_leave_requeueing_to_snakemake(
     assert isinstance(env, SLURMEnvironment) and env.auto_requeue is False
 
 
+def test_the_trainer_hands_freed_heap_pages_back_every_release_interval(tmp_path: Path) -> None:
+    from transformer_nmt.cpu_memory import RELEASE_EVERY_STEPS
+    from transformer_nmt.training.callbacks import ReleaseFreedMemory
+    from transformer_nmt.training.trainer import build_trainer
+
+    cfg = TrainConfig(accelerator="cpu", max_steps=3)
+    trainer = build_trainer(cfg, tmp_path, resolved=resolve(cfg).with_accumulation(25_000))
+    releases = [c for c in trainer.callbacks if isinstance(c, ReleaseFreedMemory)]
+    assert [c.every for c in releases] == [RELEASE_EVERY_STEPS]
+
+
 def test_cli_unknown_train_or_model_key_is_a_clear_error(
     corpus: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -15,6 +15,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from transformer_nmt.cpu_memory import RELEASE_EVERY_STEPS
 from transformer_nmt.io_utils import atomic_path
 from transformer_nmt.runs.checkpoints import CHECKPOINT_DIR
 from transformer_nmt.runs.metrics_history import METRICS_FILE
@@ -22,6 +23,7 @@ from transformer_nmt.training.callbacks import (
     LastValidation,
     LogLines,
     MetricsHistory,
+    ReleaseFreedMemory,
     StepCheckpoint,
     StepSeed,
     StopOnSignal,
@@ -91,6 +93,7 @@ def build_trainer(
         Throughput(cfg.log_every_steps),
         LogLines(cfg.log_every_steps, cfg.max_steps),
         MetricsHistory(run_dir / METRICS_FILE, cfg.log_every_steps, cfg.max_steps),
+        ReleaseFreedMemory(RELEASE_EVERY_STEPS),
         *callbacks,
     ]
     return L.Trainer(

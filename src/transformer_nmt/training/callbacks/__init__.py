@@ -4,6 +4,7 @@
   checkpoint, the newest validation's record beside the checkpoints;
 - ``progress``: throughput, log lines for Snakemake's log files, ``metrics.csv``;
 - ``determinism``: per-step reseeding (resume-exact dropout), the batch trace (a test aid);
+- ``memory``: the heap's free pages handed back to the kernel every few updates;
 - ``mlflow_logger``: the Lightning logger writing into the stage's MLflow run.
 """
 
@@ -16,6 +17,7 @@ from transformer_nmt.training.callbacks.checkpoint import (
     write_last_validation,
 )
 from transformer_nmt.training.callbacks.determinism import BatchTrace, StepSeed
+from transformer_nmt.training.callbacks.memory import ReleaseFreedMemory
 from transformer_nmt.training.callbacks.mlflow_logger import StageRunLogger
 from transformer_nmt.training.callbacks.progress import (
     LogLines,
@@ -30,6 +32,7 @@ __all__ = [
     "LastValidation",
     "LogLines",
     "MetricsHistory",
+    "ReleaseFreedMemory",
     "StageRunLogger",
     "StepCheckpoint",
     "StepSeed",
