@@ -1,9 +1,9 @@
 """A/B comparison of two source trees with one benchmark script, interleaved.
 
 On a shared machine absolute timings drift with the load from other processes, so a change is
-measured as the ratio B/A of one metric between two checkouts of ``src/`` run alternately
-(A, B, A, B, ...) ``--repeats`` times; the table shows each side's median and the median of
-the per-pair ratios.
+measured as the ratio B/A of each metric (``--metric``, one or more) between two checkouts of
+``src/`` run alternately (A, B, A, B, ...) ``--repeats`` times; the table shows each side's
+median and the median of the per-pair ratios.
 
 Usage, e.g. the checkout before a change in /tmp/base (``git archive <commit> src | tar -x -C
 /tmp/base``)::
@@ -45,13 +45,15 @@ def main() -> None:
     parser.add_argument("--a", required=True, help="source tree A (the 'before'), a src/ path")
     parser.add_argument("--b", required=True, help="source tree B (the 'after')")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--metric", required=True, help="row field compared, higher = better")
+    parser.add_argument("--metric", nargs="+", required=True,
+                        help="row fields compared (each its own table)")  # fmt: skip
     parser.add_argument("--key", nargs="+", required=True, help="row fields that name a row")
     parser.add_argument("--b-args", default="", help="extra arguments for B's runs only")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- script [args]")
     args = parser.parse_args()
     command = [c for c in args.command if c != "--"]
+    # values[side][(metric, *row key)]: that metric of that row, one per repeat
     values: dict[str, dict[tuple, list[float]]] = {"a": {}, "b": {}}
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,8 +62,9 @@ def main() -> None:
                 extra = args.b_args.split() if side == "b" else []
                 rows = run_once(getattr(args, side), command + extra, Path(tmp) / f"{side}.json")
                 for row in rows:
-                    key = tuple(row[k] for k in args.key)
-                    values[side].setdefault(key, []).append(float(row[args.metric]))
+                    for metric in args.metric:
+                        key = (metric, *(row[k] for k in args.key))
+                        values[side].setdefault(key, []).append(float(row[metric]))
             load.append(os.getloadavg()[0])
     table = []
     print(f"{'row':<28} {'A median':>10} {'B median':>10} {'B/A (median of pairs)':>22}")
@@ -69,7 +72,8 @@ def main() -> None:
         b_values = values["b"][key]
         ratios = [b / a for a, b in zip(a_values, b_values, strict=True)]
         row = {
-            "key": dict(zip(args.key, key, strict=True)),
+            "metric": key[0],
+            "key": dict(zip(args.key, key[1:], strict=True)),
             "a": a_values,
             "b": b_values,
             "a_median": statistics.median(a_values),
@@ -79,7 +83,7 @@ def main() -> None:
             "ratio_max": max(ratios),
         }
         table.append(row)
-        name = "/".join(str(k) for k in key)
+        name = "/".join(str(k) for k in key[1:]) + f" {key[0]}"
         print(
             f"{name:<28} {row['a_median']:>10.2f} {row['b_median']:>10.2f} "
             f"{row['ratio_median']:>10.3f} [{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]"

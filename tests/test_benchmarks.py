@@ -123,6 +123,24 @@ def test_a_curve_without_a_label_or_file_is_refused(tmp_path, monkeypatch):
         plot.main()
 
 
+def test_a_train_memory_run_is_cut_to_its_steps_in_every_precision():
+    from transformer_nmt.training.config import TrainConfig
+
+    bench = _load("bench_train_memory")
+    config = {"model": {"preset": "tiny"},
+              "train": {"max_steps": 1600, "lr_cooldown_steps": 500, "val_every_steps": 1600,
+                        "by_precision": {"bf16-mixed": {"max_steps": 2400, "val_every_steps": 2400,
+                                                        "lr_cooldown_steps": 750}}}}  # fmt: skip
+    cut = bench.cut_config(config, 400)
+    assert cut["model"] == config["model"]
+    cfg = TrainConfig.from_dict(cut["train"])
+    for precision in ("bf16-mixed", "32-true"):
+        run = cfg.for_precision(precision)
+        assert (run.max_steps, run.val_every_steps, run.lr_cooldown_steps) == (400, 400, 100)
+    no_cooldown = {"model": {}, "train": {"max_steps": 1600}}
+    assert "lr_cooldown_steps" not in bench.cut_config(no_cooldown, 400)["train"]
+
+
 def test_peer_recipe_minutes_add_up_invocations_to_their_resume_points():
     """A checkpoint's training minutes: the earlier invocations' time up to their last
     ``checkpoint_last.pt`` (what came after was trained again), then its own invocation's."""
