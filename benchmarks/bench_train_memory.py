@@ -6,9 +6,9 @@ resident memory stops growing once the epoch's batch widths have all been seen (
 ~400 updates). This script runs ``python -m transformer_nmt train`` on the experiment's own
 ``train_config.json`` cut to ``--steps`` updates (the warm-up kept, the cool-down and the one
 validation moved into them: ``cut_config``) and writes one row: the child's peak RSS
-(``wait4``), its wall time and the median of its ``tgt tok/s`` log windows. Run it through ``bench_ab.py`` to compare
-two source trees interleaved, e.g. the checkout before a memory change (``git archive <commit>
-src | tar -x -C /tmp/base``)::
+(``wait4``), its wall time and the median of its ``tgt tok/s`` log windows. Run it through
+``bench_ab.py`` to compare two source trees interleaved, e.g. the checkout before a memory
+change (``git archive <commit> src | tar -x -C /tmp/base``)::
 
     python benchmarks/bench_ab.py --a /tmp/base/src --b src --repeats 3 \\
         --metric peak_rss_mb tgt_tokens_per_s --key experiment -- \\
