@@ -8,7 +8,8 @@ may round differently from multi-threaded ones), or in distribution (the dropout
 different draw of the same Bernoulli mask). Each one's measured gain and the command behind it
 are in config/README.md's departures table.
 
-- ``allocator``: glibc's malloc keeps freed blocks for reuse (``cpu_memory.keep_freed_memory``).
+- ``allocator``: glibc's malloc keeps freed blocks for reuse (``cpu_memory.keep_freed_memory``),
+  and a training run hands the free pages back every 200 updates (``release_freed_memory``).
 - ``dropout_mask``: §5.4's dropout draws its mask as 16-bit integers, four per 64-bit draw,
   instead of one float per element (``model.dropout.Dropout``).
 - ``explicit_attention``: eq. 1 as written, softmax in float32, instead of SDPA on a CPU in
