@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import train_settings
+from common import data_paths, layout, train_settings
 from stage_process import machine
 
 OUT = Path(__file__).resolve().parent / "out" / "train_memory.json"
@@ -51,20 +51,19 @@ def cut_config(config: dict, steps: int) -> dict:
 def train_once(
     workdir: Path, experiment: str, dataset: str, pair: str, steps: int, tracking: bool
 ) -> dict:
-    results = workdir / "results"
-    config = json.loads((results / "runs" / experiment / "train_config.json").read_text())
-    src, tgt = pair.split("-")
+    paths = data_paths({"dataset": dataset, "pair": pair})  # relative to the DAG's directory
+    config = json.loads((workdir / layout.TRAIN_CONFIG.format(experiment=experiment)).read_text())
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         config_file = Path(tmp) / "train_config.json"
         config_file.write_text(json.dumps(cut_config(config, steps)))
         command = [
             sys.executable, "-m", "transformer_nmt", "train",
-            "--bin-dir", str(results / "bin" / dataset / pair),
-            "--spm-model", str(results / "spm" / dataset / pair / "spm.model"),
-            "--src", src, "--tgt", tgt, "--run-dir", str(run_dir),
+            "--bin-dir", str(workdir / paths["bin_dir"]),
+            "--spm-model", str(workdir / paths["spm"]),
+            "--src", paths["src"], "--tgt", paths["tgt"], "--run-dir", str(run_dir),
             "--config-file", str(config_file),
-            "--clean-report", str(results / "data" / dataset / pair / "clean_report.json"),
+            "--clean-report", str(workdir / paths["clean_report"]),
         ]  # fmt: skip
         if tracking:
             command += ["--mlflow-experiment", f"{dataset}_{pair}", "--mlflow-run", experiment,
@@ -102,7 +101,7 @@ def main() -> None:
     parser.add_argument("--no-tracking", action="store_true", help="train without MLflow")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    config = args.workdir / "results" / "runs" / args.experiment / "train_config.json"
+    config = args.workdir / layout.TRAIN_CONFIG.format(experiment=args.experiment)
     if not config.is_file():
         sys.exit(f"{config}: no such file; give --workdir a finished DAG's directory")
     row = train_once(
