@@ -55,7 +55,7 @@ from transformer_nmt.training.objective import (
     build_optimizer,
     build_scheduler,
     fused_loss_wanted,
-    label_smoothed_cross_entropy,
+    model_loss,
 )
 
 OUT = Path(__file__).resolve().parent / "out" / "training.json"
@@ -118,15 +118,17 @@ def make_step(
     tgt_out = torch.randint(4, vocab, (batch, length), device=device)
     forward = torch.compile(model) if compile_model else model
 
-    def step() -> None:
+    batch_tensors = {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out}
+
+    def step() -> None:  # the loss as the stage computes it (model_loss: its path on this device)
         with (
             torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16),
             sdpa_restricted_to(sdpa_backend),
         ):
-            logits = forward(src, tgt_in)  # [B, T, V]
-        out = label_smoothed_cross_entropy(
-            logits, tgt_out, eps=cfg.eps_ls, pad_id=0, fused=fused_loss
-        )
+            out = model_loss(
+                model, batch_tensors, eps=cfg.eps_ls, pad_id=0, fused=fused_loss,
+                forward=forward if compile_model else None,
+            )  # fmt: skip
         (out.loss / out.ntokens).backward()
         optimizer.step()
         scheduler.step()

@@ -212,22 +212,22 @@ def test_a_run_from_before_the_stacked_projections_resumes_with_its_adam_moments
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_the_module_runs_the_fused_loss_when_train_fused_loss_says_so(monkeypatch) -> None:
-    """``train.fused_loss: true`` reaches the loss (on a CPU too, where auto leaves it off):
-    the same loss and gradients as the eager loss's."""
+    """``train.fused_loss: true`` reaches the loss (on a CPU too, where auto leaves it off and
+    fp32 takes the projected fast path): the same loss and gradients as that path's."""
     import shutil
 
-    from transformer_nmt.training import module as module_file
+    from transformer_nmt.training import objective
 
     if shutil.which(os.environ.get("CXX", "g++")) is None and shutil.which("gcc") is None:
         pytest.skip("torch.compile's CPU backend (inductor) needs a C++ compiler; none found")
     calls = []
-    real = module_file.label_smoothed_cross_entropy
+    real = objective.label_smoothed_cross_entropy
 
     def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         calls.append(kwargs["fused"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(module_file, "label_smoothed_cross_entropy", spy)
+    monkeypatch.setattr(objective, "label_smoothed_cross_entropy", spy)
     batch = _batches()[1]
     runs = []
     for setting in ("auto", True):
@@ -237,7 +237,7 @@ def test_the_module_runs_the_fused_loss_when_train_fused_loss_says_so(monkeypatc
         out = module._loss(batch)
         (out.loss / out.ntokens).backward()
         runs.append((out.loss.detach(), [p.grad.clone() for p in module.parameters()]))
-    assert calls == [False, True]
+    assert calls == [True]  # auto: the projected path, no logits
     torch.testing.assert_close(runs[1][0], runs[0][0])
     for fused, eager in zip(runs[1][1], runs[0][1], strict=True):
         torch.testing.assert_close(fused, eager, rtol=1e-4, atol=1e-6)

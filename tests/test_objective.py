@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -16,7 +17,10 @@ from transformer_nmt.training.objective import (
     cooldown_factor,
     follow_max_steps,
     label_smoothed_cross_entropy,
+    loss_path,
+    model_loss,
     paper_lr,
+    projected_label_smoothed_cross_entropy,
 )
 
 
@@ -285,16 +289,23 @@ def test_scheduler_needs_unit_base_lr():
         build_scheduler(optimizer, d_model=512)
 
 
-@pytest.mark.parametrize("chunk_tokens", [1, 4, 7, 1000])
-def test_chunked_loss_and_gradients_equal_the_full_logits(chunk_tokens):
-    """The ``train.loss_chunk_tokens`` path: the same loss, NLL and gradients (of the decoder
-    output and of the projection matrix) as projecting every position at once."""
-    g = torch.Generator().manual_seed(2)
+def _projection_case(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A projection matrix [V=13, d=6], decoder outputs [3, 5, 6] (float64, with gradients) and
+    targets [3, 5] with 9 real tokens (rows 1 and 2 padded at their ends)."""
+    g = torch.Generator().manual_seed(seed)
     weight = torch.randn(13, 6, generator=g, dtype=torch.float64, requires_grad=True)  # [V, d]
     hidden = torch.randn(3, 5, 6, generator=g, dtype=torch.float64, requires_grad=True)
     target = torch.randint(1, 13, (3, 5), generator=g)
     target[1, 3:] = 0
     target[2, 1:] = 0
+    return weight, hidden, target
+
+
+@pytest.mark.parametrize("chunk_tokens", [1, 4, 7, 1000])
+def test_chunked_loss_and_gradients_equal_the_full_logits(chunk_tokens):
+    """The ``train.loss_chunk_tokens`` path: the same loss, NLL and gradients (of the decoder
+    output and of the projection matrix) as projecting every position at once."""
+    weight, hidden, target = _projection_case(seed=2)
 
     def project(x):
         return x @ weight.T
@@ -338,3 +349,87 @@ def test_fused_adam_on_cpu_makes_the_same_updates_as_the_default_path():
     for a, b, s in zip(finals[None], finals[True], start, strict=True):
         assert not torch.equal(a, s)  # the parameters moved
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows_per_chunk", [4, 256])
+def test_projected_loss_and_gradients_equal_the_full_logits(monkeypatch, rows_per_chunk):
+    """The ``projected_loss`` fast path (the gradient computed beside the loss, chunk by chunk
+    of rows, no [n, V] logits): the loss, NLL and gradients of the decoder output and of the
+    projection matrix equal the logits path's, scaled by the incoming gradient; in one chunk
+    or several (9 real rows: the last chunk shorter), padding positions get no gradient."""
+    from transformer_nmt.training import objective
+
+    monkeypatch.setattr(objective, "PROJECTED_LOSS_ELEMENTS", rows_per_chunk * 13)  # V = 13
+    weight, hidden, target = _projection_case(seed=4)
+    g = torch.Generator().manual_seed(5)
+    full = label_smoothed_cross_entropy(hidden @ weight.T, target, eps=0.1, pad_id=0)
+    grads = torch.autograd.grad(2.5 * full.loss, (hidden, weight))
+    out = projected_label_smoothed_cross_entropy(hidden, weight, target, eps=0.1, pad_id=0)
+    torch.testing.assert_close(out.loss, full.loss, rtol=1e-12, atol=0)
+    torch.testing.assert_close(out.nll, full.nll, rtol=1e-12, atol=0)
+    assert out.ntokens.item() == full.ntokens.item() == 9
+    assert not out.nll.requires_grad  # the NLL is logged, never optimised
+    got = torch.autograd.grad(2.5 * out.loss, (hidden, weight))
+    for ours, expected in zip(got, grads, strict=True):
+        torch.testing.assert_close(ours, expected, rtol=1e-12, atol=1e-15)
+    assert torch.count_nonzero(got[0][2, 1:]) == 0 and torch.count_nonzero(got[0][2, 0]) > 0
+    # without autograd: the same sums, no gradient computed
+    with torch.no_grad():
+        plain = projected_label_smoothed_cross_entropy(hidden, weight, target, eps=0.1, pad_id=0)
+    torch.testing.assert_close(plain.loss, full.loss.detach(), rtol=1e-12, atol=0)
+    assert not plain.loss.requires_grad
+    check_h = torch.randn(4, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    check_w = torch.randn(7, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    tgt = torch.tensor([1, 2, 0, 5])  # one padded row
+    assert torch.autograd.gradcheck(
+        lambda h, w: projected_label_smoothed_cross_entropy(h, w, tgt, eps=0.2, pad_id=0).loss,
+        (check_h, check_w),
+    )
+
+
+def test_the_loss_path_a_step_takes(monkeypatch):
+    """``loss_path``: the projected fast path on a CPU without autocast, unless compiled, fused
+    or switched off; the logits path under autocast (bf16 logits) and on a GPU."""
+    from transformer_nmt.fast_paths import ENV
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setenv(ENV, "on")
+    assert loss_path(cpu, fused=False, compiled=False, autocast=False) == "projected"
+    assert loss_path(cpu, fused=False, compiled=False, autocast=True) == "logits"
+    assert loss_path(cpu, fused=False, compiled=True, autocast=False) == "logits"
+    assert loss_path(cpu, fused=True, compiled=False, autocast=False) == "fused"
+    assert loss_path(cuda, fused=False, compiled=False, autocast=False) == "logits"
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert loss_path(cpu, fused=False, compiled=False) == "logits"
+    assert loss_path(cpu, fused=False, compiled=False) == "projected"
+    monkeypatch.setenv(ENV, "allocator,row_topk")
+    assert loss_path(cpu, fused=False, compiled=False, autocast=False) == "logits"
+
+
+@pytest.mark.parametrize("fast_path", ["on", "off"])
+def test_model_loss_equals_the_logits_of_the_model(monkeypatch, fast_path):
+    """``model_loss`` on a small Transformer (tied and untied projection): the same loss and
+    parameter gradients through the projected fast path as through the model's logits."""
+    from transformer_nmt.fast_paths import ENV
+    from transformer_nmt.model.config import get_preset
+    from transformer_nmt.model.transformer import Transformer
+
+    monkeypatch.setenv(ENV, fast_path)
+    for tie in (True, False):
+        cfg = dataclasses.replace(
+            get_preset("tiny"), d_model=16, d_ff=32, h=2, d_k=8, d_v=8, N=1, p_drop=0.0,
+            tie_embeddings=tie,
+        )  # fmt: skip
+        torch.manual_seed(0)
+        model = Transformer(cfg, vocab_size=29, pad_id=0).double()
+        g = torch.Generator().manual_seed(5)
+        batch = {key: torch.randint(1, 29, (3, 6), generator=g) for key in ("src", "tgt_in")}
+        batch["tgt_out"] = torch.randint(1, 29, (3, 6), generator=g)
+        batch["tgt_out"][0, 4:] = 0
+        ref = label_smoothed_cross_entropy(model(batch["src"], batch["tgt_in"]), batch["tgt_out"])
+        ref_grads = torch.autograd.grad(ref.loss, list(model.parameters()), allow_unused=True)
+        out = model_loss(model, batch, eps=0.1, pad_id=0)
+        got = torch.autograd.grad(out.loss, list(model.parameters()), allow_unused=True)
+        torch.testing.assert_close(out.loss, ref.loss, rtol=1e-12, atol=0)
+        for ours, expected in zip(got, ref_grads, strict=True):
+            torch.testing.assert_close(ours, expected, rtol=1e-10, atol=1e-12)

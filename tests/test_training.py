@@ -374,8 +374,11 @@ def test_resume_continues_step_lr_data_and_weights(
     whole, split = tmp_path / "whole", tmp_path / "split"
     monkeypatch.setenv("TRANSFORMER_NMT_TRACE_BATCHES", str(whole / "trace"))
     assert main(train_argv(corpus, whole, max_steps=40)) == 0
-    # the log names the loss the run uses (train.fused_loss's default: off on a CPU)
-    assert "loss (§5.4): eager (train.fused_loss: auto on cpu)" in caplog.text
+    # the log names the loss the run uses (fused_loss auto: off on a CPU; fp32: projected)
+    assert (
+        "loss (§5.4): projected by chunks of rows, no [tokens x V] logits (CPU fast path "
+        "projected_loss) (train.fused_loss: auto on cpu)" in caplog.text
+    )
     monkeypatch.setenv("TRANSFORMER_NMT_TRACE_BATCHES", str(split / "trace"))
     assert main(train_argv(corpus, split, max_steps=20)) == 0
     first = json.loads((split / "train_summary.json").read_text())

@@ -3,10 +3,10 @@ default, and the one switch that turns them off to compare (config ``cpu_fast_pa
 ``--cpu-fast-paths``, environment ``TRANSFORMER_NMT_CPU_FAST_PATHS``).
 
 Each gives the same results as the plain path: exactly (``row_topk``'s values, the allocator),
-up to rounding (the explicit attention product; ``parallel_batches``, whose one-thread GEMMs
-may round differently from multi-threaded ones), or in distribution (the dropout mask, a
-different draw of the same Bernoulli mask). Each one's measured gain and the command behind it
-are in config/README.md's departures table.
+up to rounding (the explicit attention product; ``projected_loss``'s sums by chunks;
+``parallel_batches``, whose one-thread GEMMs may round differently from multi-threaded ones),
+or in distribution (the dropout mask, a different draw of the same Bernoulli mask). Each one's
+measured gain and the command behind it are in config/README.md's departures table.
 
 - ``allocator``: glibc's malloc keeps freed blocks for reuse (``cpu_memory.keep_freed_memory``),
   and a training run hands the free pages back every 200 updates (``release_freed_memory``).
@@ -14,6 +14,9 @@ are in config/README.md's departures table.
   instead of one float per element (``model.dropout.Dropout``).
 - ``explicit_attention``: eq. 1 as written, softmax in float32, instead of SDPA on a CPU in
   bf16/fp16 (``model.attention``).
+- ``projected_loss``: training without autocast (fp32) computes §3.4's pre-softmax projection
+  and §5.4's loss together, by chunks of rows, with the gradient in the same pass, instead of
+  [tokens x V] logits and their gradient (``training.objective.loss_path``).
 - ``row_topk``: beam search's per-row top-k by blocks of columns (``search.topk.row_topk``).
 - ``parallel_batches``: the torch engine decodes as many batches at once as torch has threads,
   each on one thread, instead of one batch at a time on all of them
@@ -32,7 +35,14 @@ import os
 from transformer_nmt.errors import ConfigError
 
 ENV = "TRANSFORMER_NMT_CPU_FAST_PATHS"
-FAST_PATHS = ("allocator", "dropout_mask", "explicit_attention", "row_topk", "parallel_batches")
+FAST_PATHS = (
+    "allocator",
+    "dropout_mask",
+    "explicit_attention",
+    "projected_loss",
+    "row_topk",
+    "parallel_batches",
+)
 
 
 @functools.lru_cache(maxsize=16)

@@ -192,9 +192,15 @@ class Transformer(nn.Module):
         pe = self.tgt_pos(tgt.shape[1], offset, device=x.device, dtype=x.dtype)  # [T, d_model]
         return self.dropout(x + pe)
 
+    @property
+    def projection_weight(self) -> torch.Tensor:
+        """W of the §3.4 pre-softmax linear transformation, logits = x W^T, [V_tgt, d_model]:
+        the shared embedding matrix, or ``out_proj``'s (untied, no bias)."""
+        return self.src_embed.weight if self.out_proj is None else self.out_proj.weight
+
     def project(self, x: torch.Tensor) -> torch.Tensor:
         """§3.4 pre-softmax linear transformation: [B, T, d_model] -> logits [B, T, V_tgt]."""
-        if self.out_proj is not None:
+        if self.out_proj is not None:  # its module (int8 decoding swaps it for a quantized one)
             return self.out_proj(x)
         return F.linear(x, self.src_embed.weight)
 

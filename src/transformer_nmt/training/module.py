@@ -34,7 +34,8 @@ from transformer_nmt.training.objective import (
     chunked_label_smoothed_cross_entropy,
     follow_max_steps,
     fused_loss_wanted,
-    label_smoothed_cross_entropy,
+    loss_path,
+    model_loss,
 )
 
 log = logging.getLogger(__name__)
@@ -91,12 +92,23 @@ class TranslationModule(L.LightningModule):
         self._check_grad_finite = self.trainer.precision != "16-mixed"
         setting = self.train_cfg.fused_loss
         fused = fused_loss_wanted(setting, self.device)
+        path = loss_path(
+            self.device, fused=fused, compiled=self.train_cfg.compile,
+            autocast="mixed" in str(self.trainer.precision),
+        )  # fmt: skip
+        described = {
+            "fused": "fused, torch.compile'd passes over the logits",
+            "projected": "projected by chunks of rows, no [tokens x V] logits (CPU fast path "
+            "projected_loss)",
+            "logits": "eager",
+        }
         log.info(
             "loss (§5.4): %s (train.fused_loss: %s%s)",
-            "fused, torch.compile'd passes over the logits" if fused else "eager",
+            "chunked (train.loss_chunk_tokens)" if self.train_cfg.loss_chunk_tokens
+            else described[path],
             setting,
             f" on {self.device.type}" if setting == "auto" else "",
-        )
+        )  # fmt: skip
 
     def on_train_start(self) -> None:
         # After a resume (the scheduler's state is restored by now) the cooldown ends at this
@@ -130,10 +142,10 @@ class TranslationModule(L.LightningModule):
                 hidden, self.model.project, batch["tgt_out"], chunk_tokens=chunk,
                 eps=self.eps_ls, pad_id=self.pad_id,
             )  # fmt: skip
-        logits = self._forward_model()(batch["src"], batch["tgt_in"])  # [B, T, V]
-        return label_smoothed_cross_entropy(
-            logits, batch["tgt_out"], eps=self.eps_ls, pad_id=self.pad_id,
-            fused=fused_loss_wanted(self.train_cfg.fused_loss, logits.device),
+        return model_loss(
+            self.model, batch, eps=self.eps_ls, pad_id=self.pad_id,
+            fused=fused_loss_wanted(self.train_cfg.fused_loss, batch["src"].device),
+            forward=self._forward_model() if self.train_cfg.compile else None,
         )  # fmt: skip
 
     # --- training ------------------------------------------------------------------------------
