@@ -39,12 +39,15 @@ WINDOW = re.compile(r"tgt tok/s (\d+)")
 
 def cut_config(config: dict, steps: int) -> dict:
     """The run's config for ``steps`` updates in every precision (``common.train_settings``):
-    one validation, at the end, and a cool-down of a quarter of them where the run has one."""
+    one validation, at the end, without the beam-search dev BLEU (its decoding is not the train
+    step measured here), and a cool-down of a quarter of them where the run has one."""
     train = config["train"]
     overrides: dict = {"max_steps": steps, "val_every_steps": steps}
     entries = [train, *(train.get("by_precision") or {}).values()]
     if any(entry.get("lr_cooldown_steps") for entry in entries):
         overrides["lr_cooldown_steps"] = max(1, steps // 4)
+    if any(entry.get("val_beam_bleu_every_steps") for entry in entries):
+        overrides["val_beam_bleu_every_steps"] = None
     return {**config, "train": train_settings(train, **overrides)}
 
 

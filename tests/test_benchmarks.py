@@ -139,6 +139,11 @@ def test_a_train_memory_run_is_cut_to_its_steps_in_every_precision():
         assert (run.max_steps, run.val_every_steps, run.lr_cooldown_steps) == (400, 400, 100)
     no_cooldown = {"model": {}, "train": {"max_steps": 1600}}
     assert "lr_cooldown_steps" not in bench.cut_config(no_cooldown, 400)["train"]
+    # the CPU recipe's beam-search dev BLEU every 1,000 updates: off, not a config error
+    recipe = {"model": {}, "train": {"max_steps": 7000, "val_every_steps": 500,
+                                     "val_beam_bleu_every_steps": 1000}}  # fmt: skip
+    cut = TrainConfig.from_dict(bench.cut_config(recipe, 120)["train"])
+    assert (cut.val_every_steps, cut.val_beam_bleu_every_steps) == (120, None)
 
 
 def test_peer_recipe_minutes_add_up_invocations_to_their_resume_points():
