@@ -399,6 +399,11 @@ def test_the_loss_path_a_step_takes(monkeypatch):
     assert loss_path(cpu, fused=False, compiled=True, autocast=False) == "logits"
     assert loss_path(cpu, fused=True, compiled=False, autocast=False) == "fused"
     assert loss_path(cuda, fused=False, compiled=False, autocast=False) == "logits"
+    bf16_true = {"autocast": False, "dtype": torch.bfloat16}  # bf16 weights: softmax in float32
+    assert loss_path(cpu, fused=False, compiled=False, **bf16_true) == "logits"
+    assert loss_path(cpu, fused=False, compiled=False, autocast=False, dtype=torch.float64) == (
+        "projected"
+    )
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert loss_path(cpu, fused=False, compiled=False) == "logits"
     assert loss_path(cpu, fused=False, compiled=False) == "projected"

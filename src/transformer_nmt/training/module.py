@@ -95,6 +95,7 @@ class TranslationModule(L.LightningModule):
         path = loss_path(
             self.device, fused=fused, compiled=self.train_cfg.compile,
             autocast="mixed" in str(self.trainer.precision),
+            dtype=self.model.projection_weight.dtype,
         )  # fmt: skip
         described = {
             "fused": "fused, torch.compile'd passes over the logits",

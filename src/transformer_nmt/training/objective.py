@@ -217,18 +217,25 @@ def projected_label_smoothed_cross_entropy(
 
 
 def loss_path(
-    device: torch.device, *, fused: bool, compiled: bool, autocast: bool | None = None
+    device: torch.device,
+    *,
+    fused: bool,
+    compiled: bool,
+    autocast: bool | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> str:
     """How ``model_loss`` computes the loss: ``fused`` (``train.fused_loss``: compiled passes
-    over the logits), ``projected`` (the ``projected_loss`` CPU fast path: on a CPU, neither
-    compiled nor under autocast, whose bf16 logits this float32 pass does not reproduce) or
-    ``logits`` (eager passes over the [B, T, V] logits). ``autocast``: whether the step runs
-    under it (default: whether it does now)."""
+    over the logits), ``projected`` (the ``projected_loss`` CPU fast path: on a CPU, with
+    float32 or float64 weights (``dtype``), neither compiled nor under autocast, whose bf16
+    logits this pass does not reproduce; bf16-true weights would make its softmax bf16) or
+    ``logits`` (eager passes over the [B, T, V] logits, the softmax in float32 at least).
+    ``autocast``: whether the step runs under it (default: whether it does now)."""
     if fused:
         return "fused"
     if autocast is None:
         autocast = torch.is_autocast_enabled(device.type)
-    if device.type == "cpu" and not compiled and not autocast:
+    full_precision = dtype in (torch.float32, torch.float64)
+    if device.type == "cpu" and full_precision and not compiled and not autocast:
         return "projected" if fast_paths.enabled("projected_loss") else "logits"
     return "logits"
 
@@ -246,10 +253,12 @@ def model_loss(
     by ``loss_path``: ``forward`` is the model's torch.compile wrapper when training compiles
     it (the logits path), ``fused`` is ``train.fused_loss``."""
     src, tgt_in, tgt_out = batch["src"], batch["tgt_in"], batch["tgt_out"]
-    if loss_path(src.device, fused=fused, compiled=forward is not None) == "projected":
+    weight = model.projection_weight
+    compiled = forward is not None
+    if loss_path(src.device, fused=fused, compiled=compiled, dtype=weight.dtype) == "projected":
         hidden, _ = model.decode(tgt_in, model.encode(src), project_output=False)
         return projected_label_smoothed_cross_entropy(
-            hidden, model.projection_weight, tgt_out, eps=eps, pad_id=pad_id
+            hidden, weight, tgt_out, eps=eps, pad_id=pad_id
         )
     logits = (model if forward is None else forward)(src, tgt_in)  # [B, T, V]
     return label_smoothed_cross_entropy(logits, tgt_out, eps=eps, pad_id=pad_id, fused=fused)
