@@ -1,12 +1,22 @@
 """The CPU dropout's mask (model/dropout.py): Bernoulli(1 - p), scaled, seeded, and the same
-module as nn.Dropout wherever the fast path does not apply."""
+module as nn.Dropout wherever the fast path does not apply. Word dropout (a flag): whole token
+embeddings dropped, on the side its key names."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from transformer_nmt.model.dropout import Dropout, bernoulli_keep_mask, kept_levels, rounded_p
+from transformer_nmt.errors import ConfigError
+from transformer_nmt.model.config import ModelConfig
+from transformer_nmt.model.dropout import (
+    Dropout,
+    WordDropout,
+    bernoulli_keep_mask,
+    kept_levels,
+    rounded_p,
+)
+from transformer_nmt.model.transformer import Transformer
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
@@ -87,3 +97,66 @@ def test_eval_mode_and_p_zero_are_the_identity_and_p_one_drops_everything():
     assert torch.equal(Dropout(0.3).eval()(x), x)
     assert torch.equal(Dropout(0.0).train()(x), x)
     assert torch.equal(Dropout(1.0).train()(x), torch.zeros_like(x))
+
+
+# --- word dropout (model flags p_drop_word_src, p_drop_word_tgt) -------------------------------
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_word_dropout_drops_whole_token_vectors_with_probability_p_and_scales_the_rest(p):
+    torch.manual_seed(0)
+    x = torch.rand(200, 100, 16, dtype=torch.float64) + 0.5  # no zeros of its own
+    x.requires_grad_(True)
+    out = WordDropout(p).train()(x)
+    dropped = (out == 0).all(dim=-1)  # [200, 100]: a token's vector goes whole or not at all
+    assert torch.equal((out == 0).any(dim=-1), dropped)
+    n = dropped.numel()
+    assert abs(dropped.double().mean().item() - p) < 5 * (p * (1 - p) / n) ** 0.5
+    kept = ~dropped
+    torch.testing.assert_close(out[kept], x.detach()[kept] / (1 - p), rtol=1e-12, atol=0)
+    out.sum().backward()
+    expected_grad = kept[..., None].double().expand_as(x) / (1 - p)
+    torch.testing.assert_close(x.grad, expected_grad, rtol=1e-12, atol=0)
+
+
+def test_word_dropout_is_the_identity_in_eval_mode_and_at_p_zero():
+    x = torch.rand(4, 5, 8)
+    assert WordDropout(0.5).eval()(x) is x
+    assert WordDropout(0.0).train()(x) is x
+
+
+def _model(**flags: float) -> Transformer:
+    torch.manual_seed(0)
+    cfg = ModelConfig(N=1, d_model=16, d_ff=32, h=2, d_k=8, d_v=8, p_drop=0.0, **flags)
+    return Transformer(cfg, vocab_size=30, pad_id=0).double()
+
+
+@pytest.mark.parametrize("side", ["src", "tgt"])
+def test_word_dropout_acts_on_its_own_side_in_training_only(side):
+    tokens = torch.randint(3, 30, (64, 12))
+    plain = _model()
+    model = _model(**{f"p_drop_word_{side}": 0.5})
+    model.load_state_dict(plain.state_dict())  # the flag adds no parameters
+    plain.train()
+    model.train()
+    embed = {"src": Transformer.embed_source, "tgt": Transformer.embed_target}
+    other = "tgt" if side == "src" else "src"
+    # the other side is untouched
+    assert torch.equal(embed[other](model, tokens), embed[other](plain, tokens))
+    positions = plain.src_pos(12, device=tokens.device, dtype=torch.float64)  # [12, d]
+    words = embed[side](plain, tokens) - positions  # [64, 12, d]: the scaled embeddings
+    dropped_words = embed[side](model, tokens) - positions
+    dropped = (dropped_words.abs() < 1e-12).all(dim=-1)  # [64, 12]
+    assert 0.3 < dropped.double().mean().item() < 0.7  # 768 draws of p 0.5
+    torch.testing.assert_close(dropped_words[~dropped], 2 * words[~dropped])
+    # eval mode (search, scoring): the paper's embeddings
+    model.eval()
+    plain.eval()
+    assert torch.equal(embed[side](model, tokens), embed[side](plain, tokens))
+
+
+@pytest.mark.parametrize("key", ["p_drop_word_src", "p_drop_word_tgt"])
+@pytest.mark.parametrize("value", [-0.1, 1.0, True])
+def test_word_dropout_out_of_range_is_a_config_error_naming_the_key(key, value):
+    with pytest.raises(ConfigError, match=key):
+        ModelConfig(**{key: value})

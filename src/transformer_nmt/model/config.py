@@ -37,6 +37,11 @@ class ModelConfig:
     p_drop_attn: float = 0.0
     # Flag (not in the paper, which uses none): dropout after the FFN's ReLU.
     p_drop_relu: float = 0.0
+    # Flags (not in the paper, which uses none): word dropout, each source / target input token's
+    # embedding zeroed with this probability in training (Sennrich et al. 2016; a regulariser
+    # for small data, Sennrich and Zhang 2019), the kept ones scaled by 1 / (1 - p).
+    p_drop_word_src: float = 0.0
+    p_drop_word_tgt: float = 0.0
     # Flag (not in the paper, whose W^Q, W^K, W^V, W^O are bias-free matrices, §3.2.2, as in
     # tensor2tensor): True adds a bias to each of the four attention projections.
     attention_bias: bool = False
@@ -73,13 +78,24 @@ class ModelConfig:
         return cls(**values)
 
 
+# the fields that are probabilities, each in [0, 1)
+PROBABILITY_KEYS = (
+    "p_drop",
+    "eps_ls",
+    "p_drop_attn",
+    "p_drop_relu",
+    "p_drop_word_src",
+    "p_drop_word_tgt",
+)
+
+
 def validate(cfg: ModelConfig) -> None:
     """Raise ConfigError naming the key when a value is out of range."""
     for key in ("N", "d_model", "d_ff", "h", "d_k", "d_v", "max_positions"):
         value = getattr(cfg, key)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(f"model config key {key!r} must be a positive integer, got {value!r}")
-    for key in ("p_drop", "eps_ls", "p_drop_attn", "p_drop_relu"):
+    for key in PROBABILITY_KEYS:
         value = getattr(cfg, key)
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
             raise ConfigError(f"model config key {key!r} must be a number in [0, 1), got {value!r}")

@@ -2,6 +2,7 @@
 
 Reads top to bottom like the paper:
   §3.4 embeddings (one shared matrix, scaled by sqrt(d_model)) + §3.5 positions, dropout (§5.4)
+       (word dropout on the token embeddings: a flag, off as in the paper)
   §3.1 encoder: N x [self-attention, FFN]; decoder: N x [masked self-attention,
        encoder-decoder attention, FFN]; every sublayer residual + LayerNorm
   §3.4 pre-softmax linear projection with the embedding matrix.
@@ -28,7 +29,7 @@ from torch import nn
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.model.attention import CAUSAL
 from transformer_nmt.model.config import ModelConfig
-from transformer_nmt.model.dropout import Dropout
+from transformer_nmt.model.dropout import Dropout, WordDropout
 from transformer_nmt.model.layers import DecoderLayer, EncoderLayer, LayerCache
 from transformer_nmt.model.positional import LearnedPositions, SinusoidalPositions
 
@@ -150,6 +151,9 @@ class Transformer(nn.Module):
             shared = SinusoidalPositions(d_model, min(cfg.max_positions, 1024))
             self.src_pos, self.tgt_pos = shared, shared
         self.dropout = Dropout(cfg.p_drop)  # §5.4 on embedding + position sums
+        # flag (0 in the paper): whole token embeddings dropped before the positions are added
+        self.src_word_dropout = WordDropout(cfg.p_drop_word_src)
+        self.tgt_word_dropout = WordDropout(cfg.p_drop_word_tgt)
 
         # §3.1 the two stacks of N identical layers.
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.N))
@@ -183,12 +187,12 @@ class Transformer(nn.Module):
         return self.src_embed if self.tgt_embed is None else self.tgt_embed
 
     def embed_source(self, src: torch.Tensor) -> torch.Tensor:
-        x = self.src_embed(src) * self.embed_scale  # [B, S, d_model]
+        x = self.src_word_dropout(self.src_embed(src) * self.embed_scale)  # [B, S, d_model]
         pe = self.src_pos(src.shape[1], device=x.device, dtype=x.dtype)  # [S, d_model]
         return self.dropout(x + pe)
 
     def embed_target(self, tgt: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        x = self._target_embedding()(tgt) * self.embed_scale  # [B, T, d_model]
+        x = self.tgt_word_dropout(self._target_embedding()(tgt) * self.embed_scale)  # [B, T, d]
         pe = self.tgt_pos(tgt.shape[1], offset, device=x.device, dtype=x.dtype)  # [T, d_model]
         return self.dropout(x + pe)
 
