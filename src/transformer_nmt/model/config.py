@@ -42,6 +42,11 @@ class ModelConfig:
     # for small data, Sennrich and Zhang 2019), the kept ones scaled by 1 / (1 - p).
     p_drop_word_src: float = 0.0
     p_drop_word_tgt: float = 0.0
+    # Flag (not in the paper, which uses none): LayerDrop (Fan et al. 2019), each encoder and
+    # decoder layer skipped whole (the identity) for a training batch with this probability; at
+    # inference every layer runs. A regulariser, and a training step skips the skipped layers'
+    # compute.
+    p_drop_layer: float = 0.0
     # Flag (not in the paper, whose W^Q, W^K, W^V, W^O are bias-free matrices, §3.2.2, as in
     # tensor2tensor): True adds a bias to each of the four attention projections.
     attention_bias: bool = False
@@ -86,6 +91,7 @@ PROBABILITY_KEYS = (
     "p_drop_relu",
     "p_drop_word_src",
     "p_drop_word_tgt",
+    "p_drop_layer",
 )
 
 

@@ -5,6 +5,7 @@ Reads top to bottom like the paper:
        (word dropout on the token embeddings: a flag, off as in the paper)
   §3.1 encoder: N x [self-attention, FFN]; decoder: N x [masked self-attention,
        encoder-decoder attention, FFN]; every sublayer residual + LayerNorm
+       (LayerDrop, whole layers skipped in training: a flag, off as in the paper)
   §3.4 pre-softmax linear projection with the embedding matrix.
 
 Masks: no position attends to padding (source and target key padding masks) and no decoder
@@ -208,6 +209,16 @@ class Transformer(nn.Module):
             return self.out_proj(x)
         return F.linear(x, self.src_embed.weight)
 
+    # --- LayerDrop (a flag; the paper has none) -----------------------------------------------
+
+    def _layer_runs(self) -> bool:
+        """Whether the next encoder or decoder layer runs: at inference always; in training
+        with probability 1 - ``p_drop_layer`` (LayerDrop, Fan et al. 2019: a skipped layer passes
+        its input on unchanged, for the whole batch). Drawn from torch's CPU generator, which
+        the training's per-step seed sets, so a resumed run skips the same layers."""
+        p = self.cfg.p_drop_layer
+        return not self.training or p == 0.0 or bool(torch.rand(()) >= p)
+
     # --- encoder -----------------------------------------------------------------------------
 
     def encode(self, src: torch.Tensor) -> EncoderOutput:
@@ -216,7 +227,8 @@ class Transformer(nn.Module):
         attn_mask = key_padding_mask(src_mask)  # [B, 1, 1, S]
         x = self.embed_source(src)
         for layer in self.encoder_layers:
-            x = layer(x, attn_mask)
+            if self._layer_runs():
+                x = layer(x, attn_mask)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
         return EncoderOutput(memory=x, src_mask=src_mask)
@@ -257,6 +269,8 @@ class Transformer(nn.Module):
             )
         chosen = attention_layer % n_layers
         for i, layer in enumerate(self.decoder_layers):
+            if not self._layer_runs():
+                continue
             cross_k, cross_v = layer.cross_attn.project_kv(enc.memory)
             x, layer_weights = layer(
                 x,

@@ -121,7 +121,8 @@ def resolve_run(model_cfg: ModelConfig, train_cfg: TrainConfig, vocab: VocabInfo
     ``max_tokens: auto`` sized to this process's device (``preflight.size_max_tokens``: the same
     size on every rank) and every choice logged with its reason. ``plan_start``'s pre-flight
     check then measures the sized batch on a GPU."""
-    resolved = resolve(train_cfg)
+    # LayerDrop leaves the skipped layers' parameters without a gradient in some steps
+    resolved = replace(resolve(train_cfg), find_unused_parameters=model_cfg.p_drop_layer > 0)
     if train_cfg.max_tokens == "auto":
         _, target = this_device(
             resolved.accelerator, local_rank(), resolved.devices, cpu_ram=total_ram_bytes()
