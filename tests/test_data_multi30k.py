@@ -13,9 +13,9 @@ import sentencepiece as spm
 from transformer_nmt.cli import main
 from transformer_nmt.data.datamodule import TranslationDataModule
 from transformer_nmt.data.encode import encode_files
-from transformer_nmt.data.spm import train_spm
+from transformer_nmt.data.spm import lower_each_char, train_spm
 from transformer_nmt.data.token_array import TokenArray, array_paths
-from transformer_nmt.data.vocab import load_vocab_info
+from transformer_nmt.data.vocab import folds_case, load_vocab_info
 from transformer_nmt.errors import DataError
 
 REGISTRY = Path(__file__).resolve().parents[1] / "config" / "datasets.yaml"
@@ -113,6 +113,34 @@ def test_spm_model_is_byte_identical_given_the_seed_whatever_the_threads(pipelin
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         f"{n}.{s}" for n in "abc" for s in ("json", "model", "vocab")
     ]
+
+
+def test_a_lowercase_vocabulary_lowercases_every_text_it_encodes(pipeline, tmp_path):
+    """``lowercase``: the model itself lowercases what it encodes (the Multi30k literature's
+    lowercased text), is the model trained on lowercased text, and keeps its identity."""
+    inputs = [pipeline / "data" / "train.en", pipeline / "data" / "train.de"]
+    common = {"vocab_size": 1000, "sample_sentences": 5000, "seed": 7}
+    settings = [train_spm(inputs, tmp_path / n, lowercase=True, **common) for n in ("a", "b")]
+    assert settings[0]["lowercase"] is True
+    assert settings[0]["sha256"] == settings[1]["sha256"]  # no temporary path inside the model
+    lowered = []
+    for path in inputs:
+        lowered.append(tmp_path / f"lower{path.suffix}")
+        lowered[-1].write_text(lower_each_char(path.read_text(encoding="utf-8")), "utf-8")
+    on_lowered = train_spm(lowered, tmp_path / "c", **common)
+    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "a.model"))
+    sp_lowered = spm.SentencePieceProcessor(model_file=str(tmp_path / "c.model"))
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    assert pieces == [sp_lowered.id_to_piece(i) for i in range(sp_lowered.get_piece_size())]
+    assert on_lowered["lowercase"] is False
+    for lang in ("en", "de"):
+        lines = _lines(pipeline / "data" / f"valid.{lang}")
+        assert any(line != line.lower() for line in lines)
+        assert sp.decode(sp.encode(lines)) == [lower_each_char(line) for line in lines]
+        assert sp.encode(lines) == sp_lowered.encode([line.lower() for line in lines])
+    assert folds_case(tmp_path / "a.model") and not folds_case(tmp_path / "c.model")
+    assert not folds_case(pipeline / "spm" / "spm.model")
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".spm-")]  # rules removed
 
 
 def test_parallel_encoding_equals_serial(pipeline, tmp_path):

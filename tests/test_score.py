@@ -81,6 +81,23 @@ def test_lowercased_tokenized_bleu_ignores_case_but_paper_bleu_does_not() -> Non
     assert scores.bleu_paper["score"] < 50.0
 
 
+def test_lowercase_scores_equal_the_scores_of_lowercased_text() -> None:
+    """``lowercase`` (a lowercasing vocabulary's output): every score is case-insensitive,
+    the score of both sides lowercased, and the signatures say case:lc."""
+    hyps = ["ein mann schläft auf der bank.", "zwei hunde rennen über die wiese."]
+    refs = ["Ein Mann schläft auf einer Bank.", "Zwei Hunde laufen über die Wiese."]
+    cased = score_lines(hyps, refs, "de", resamples=0)
+    lowercase = score_lines(hyps, refs, "de", resamples=0, lowercase=True)
+    lowered = score_lines(hyps, [r.lower() for r in refs], "de", resamples=0)
+    for key in ("bleu", "chrf", "bleu_paper", "bleu_lc_tok"):
+        assert getattr(lowercase, key)["score"] == pytest.approx(getattr(lowered, key)["score"])
+        assert "case:lc" in getattr(lowercase, key)["signature"]
+    for key in ("bleu", "chrf", "bleu_paper"):
+        assert getattr(cased, key)["score"] < getattr(lowercase, key)["score"]
+        assert "case:mixed" in getattr(cased, key)["signature"]
+    assert cased.bleu_lc_tok["score"] == lowercase.bleu_lc_tok["score"]
+
+
 def test_primary_scores_carry_sacrebleu_signatures() -> None:
     scores = score_lines(["Der Hund rennt."], ["Der Hund läuft."], "de")
     assert "tok:13a" in scores.bleu["signature"] and "nrefs:1" in scores.bleu["signature"]
@@ -128,6 +145,22 @@ def test_cli_writes_one_json_with_every_score(tmp_path: Path) -> None:
     for key in ("bleu", "chrf", "bleu_paper", "bleu_lc_tok"):
         assert data[key] == direct[key]
         assert 0.0 < data[key]["score"] < 100.0
+
+
+def test_cli_lowercase_scores_case_insensitively_and_says_so(tmp_path: Path) -> None:
+    hyp = _write(tmp_path / "test.hyp", ["ein mann fährt rad.", "eine frau liest ein buch."])
+    ref = _write(tmp_path / "test.de", ["Ein Mann fährt Fahrrad.", "Eine Frau liest ein Buch."])
+    outs = {flag: tmp_path / f"{flag or 'cased'}.scores.json" for flag in ("", "--lowercase")}
+    for flag, out in outs.items():
+        args = ["score", "--hyp", str(hyp), "--ref", str(ref), "--tgt-lang", "de"]
+        assert main([*args, *([flag] if flag else []), "--out", str(out)]) == 0
+    cased, lowercase = (json.loads(out.read_text(encoding="utf-8")) for out in outs.values())
+    assert cased["lowercase"] is False and lowercase["lowercase"] is True
+    direct = score_files(hyp, ref, "de", lowercase=True).to_dict()
+    for key in ("bleu", "chrf", "bleu_paper", "bleu_lc_tok"):
+        assert lowercase[key] == direct[key]
+    assert "case:lc" in lowercase["bleu"]["signature"]
+    assert cased["bleu"]["score"] < lowercase["bleu"]["score"]
 
 
 def test_cli_mismatch_exits_2_and_writes_nothing(

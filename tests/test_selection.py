@@ -171,6 +171,20 @@ def test_select_alpha_keeps_the_alpha_with_the_best_dev_bleu() -> None:
     assert selection.best_alpha == 1.1 and selection.dev_bleu[1.2] == selection.dev_bleu[1.1]
 
 
+def test_select_alpha_compares_case_insensitively_for_a_lowercasing_vocabulary() -> None:
+    from transformer_nmt.evaluation.selection import select_alpha
+
+    sources = [" ".join(f"w{i}_{j}" for j in range(12)) for i in range(30)]
+    references = [" ".join(line.split()[:7]).upper() for line in sources]  # α 2.0, cased
+    engine = LengthByAlpha()
+    candidates = (0.6, 2.0, 3.0)
+    lowercase = select_alpha(engine, sources, references, "de", candidates, lowercase=True)
+    assert lowercase.best_alpha == 2.0 and lowercase.dev_bleu[2.0] == pytest.approx(100.0)
+    cased = select_alpha(engine, sources, references, "de", candidates)
+    # cased, the words of the lowercase output do not match: each α scores lower
+    assert all(cased.dev_bleu[a] < lowercase.dev_bleu[a] for a in candidates)
+
+
 def test_select_alpha_writes_the_dev_bleu_of_every_alpha(run: dict[str, Path]) -> None:
     """The CLI on a real model: one dev BLEU per α, each the score of that α's translations."""
     root, model = run["root"], _averaged_model(run)

@@ -46,6 +46,16 @@ def test_identical_systems_are_not_significantly_different() -> None:
     assert "bs:200" in signature and "seed:12345" in signature
 
 
+def test_lowercase_compares_as_the_score_stage_did_for_a_lowercasing_vocabulary() -> None:
+    refs = [line.capitalize() for line in REFS]  # cased references, lowercase hypotheses
+    base, system, signature = paired_bootstrap([BAD], [GOOD], refs, resamples=100, lowercase=True)
+    assert system.bleu == pytest.approx(sacrebleu.corpus_bleu(GOOD, [REFS]).score)
+    assert base.bleu == pytest.approx(sacrebleu.corpus_bleu(BAD, [REFS]).score)
+    assert "case:lc" in signature
+    _, cased, _ = paired_bootstrap([BAD], [GOOD], refs, resamples=100)
+    assert cased.bleu < system.bleu
+
+
 def test_the_difference_interval_is_the_paired_one_and_agrees_with_the_p_value() -> None:
     """Four sentences made right: a small, consistent gain. Its paired interval excludes 0 (as
     the p-value says), where the system's own interval less the baseline's BLEU (the unpaired

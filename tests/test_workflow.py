@@ -262,6 +262,29 @@ def test_changing_the_vocabulary_reruns_everything_after_cleaning(
     assert jobs["translate"] == 3 and jobs["score"] == 3
 
 
+STAGES = ("spm-train", "score")  # the stages that a lowercasing vocabulary changes
+
+
+def test_a_lowercase_vocabulary_is_a_new_vocabulary_scored_case_insensitively(
+    pipeline: dict[str, Any],
+) -> None:
+    """``lowercase: true``: spm-train lowercases, everything after it reruns, and every score
+    job compares case-insensitively; the cased default passes the flag to no job."""
+    commands = {}
+    for lowercase in (False, True):
+        config = copy.deepcopy(pipeline["config"])
+        config["data"]["multi30k"]["en-de"]["vocab_size"] = 700  # a new vocabulary either way
+        config["data"]["multi30k"]["en-de"]["lowercase"] = lowercase
+        result = _snakemake(pipeline["workdir"], config, "-n")
+        jobs = _planned_jobs(result)
+        assert jobs["spm_train"] == 1 and jobs["train"] == 2 and jobs["score"] == 3
+        found = re.findall(r"python -m transformer_nmt (\S+)(.*)", result.stdout + result.stderr)
+        commands[lowercase] = [(stage, rest) for stage, rest in found if stage in STAGES]
+        assert sorted(stage for stage, _ in commands[lowercase]) == ["score"] * 3 + ["spm-train"]
+    assert not any("--lowercase" in rest for _, rest in commands[False])
+    assert all("--lowercase" in rest.split() for _, rest in commands[True])
+
+
 def test_moving_the_registry_or_editing_another_pair_reruns_nothing(
     pipeline: dict[str, Any],
 ) -> None:

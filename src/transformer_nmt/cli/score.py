@@ -37,6 +37,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="each score's 95%% bootstrap interval from this many resamples (sacreBLEU's "
         "--confidence-n; 0 = no interval)",
     )
+    parser.add_argument(
+        "--lowercase",
+        action="store_true",
+        help="case-insensitive BLEU, chrF and tokenized BLEU (sacreBLEU's lowercase, case:lc "
+        "in the signatures): for a model whose vocabulary lowercases (data setting lowercase)",
+    )
     add_tracking_arguments(parser)
 
 
@@ -65,14 +71,22 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--bootstrap-resamples: {args.bootstrap_resamples} is negative")
     test_set = test_set_name(args.out)
     # (the resamples are in the signature tags: bs:N)
-    params = {"tgt_lang": args.tgt_lang, "hyp": str(args.hyp), "ref": str(args.ref)}
+    params = {
+        "tgt_lang": args.tgt_lang, "hyp": str(args.hyp), "ref": str(args.ref),
+        "lowercase": args.lowercase,
+    }  # fmt: skip
     # One score job per test set runs in parallel: a qualified stage name keeps their params apart.
     with tracking.stage_run(
         args.mlflow_experiment, args.mlflow_run, f"score.{test_set}", params,
         run_dir=tracking_run_dir(args),
     ) as tracked:  # fmt: skip
-        scores = score_files(args.hyp, args.ref, args.tgt_lang, args.bootstrap_resamples)
-        payload = {"hyp": str(args.hyp), "ref": str(args.ref), "tgt_lang": args.tgt_lang}
+        scores = score_files(
+            args.hyp, args.ref, args.tgt_lang, args.bootstrap_resamples, lowercase=args.lowercase
+        )
+        payload = {
+            "hyp": str(args.hyp), "ref": str(args.ref), "tgt_lang": args.tgt_lang,
+            "lowercase": args.lowercase,
+        }  # fmt: skip
         payload.update(scores.to_dict())
         write_json(args.out, payload)
         if tracked is not None:

@@ -55,6 +55,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from transformer_nmt.data.vocab import folds_case
     from transformer_nmt.evaluation.selection import select_alpha
     from transformer_nmt.inference.factory import open_translator
     from transformer_nmt.io_utils import read_lines, write_json
@@ -87,8 +88,9 @@ def run(args: argparse.Namespace) -> int:
             len(sources), args.dev_src, params["candidates"],
         )  # fmt: skip
         selection = select_alpha(
-            translator, sources, references, args.tgt_lang, candidates=args.candidates
-        )
+            translator, sources, references, args.tgt_lang, candidates=args.candidates,
+            lowercase=folds_case(args.spm_model),  # a lowercasing vocabulary: case-insensitive
+        )  # fmt: skip
         write_json(args.out, {**selection.to_dict(), "dev_src": str(args.dev_src)})
         log.info(
             "chose alpha %g: dev BLEU %s",

@@ -11,10 +11,17 @@ SentencePiece's default (NFKC, collapsing spaces) would change characters of the
 ``decode(encode(x)) == x`` for every line x, including characters never seen in training (they
 are spelled as UTF-8 byte pieces instead of becoming UNK). The tests check this exactly.
 
+``lowercase=True`` (the data setting ``lowercase``, a departure: the Multi30k literature trains
+and scores lowercased text) adds one rule to that identity: every character maps to its
+``str.lower()``. SentencePiece compiles the rule table (``case_fold_rules``) into the model, so
+the model lowercases every text it encodes (training data, dev and test sources, a user's
+input) and ``decode(encode(x)) == lower_each_char(x)``: ``str.lower()`` less its one context rule
+(Greek final sigma). Such a model's output is scored case-insensitively (``vocab.folds_case``).
+
 Outputs ``{prefix}.model``, ``{prefix}.vocab`` and ``{prefix}.json`` (the ids and settings),
 each written atomically, the ``.model`` last. The model is trained in memory and stored
-without the thread count, so the same inputs and seed give a byte-identical model on any
-machine (its sha256 is the vocabulary's identity).
+without the thread count or a temporary path, so the same inputs and seed give a byte-identical
+model on any machine (its sha256 is the vocabulary's identity).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import hashlib
 import io
 import logging
 import os
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,15 +79,37 @@ def _sampled_lines(paths: Sequence[Path], chosen: np.ndarray) -> Iterator[str]:
                 base = i + 1
 
 
-def _without_thread_count(proto: bytes) -> bytes:
-    """The model with ``trainer_spec.num_threads`` cleared: the thread count does not change
-    the pieces or scores, and must not change the vocabulary's identity (its sha256)."""
+def _without_machine_details(proto: bytes) -> bytes:
+    """The model without ``trainer_spec.num_threads`` and the path of the lowercase rule table
+    (``normalizer_spec.normalization_rule_tsv``, a temporary file; the rules themselves are
+    compiled into the model): neither changes the model, and neither may change the
+    vocabulary's identity (its sha256)."""
     from sentencepiece import sentencepiece_model_pb2
 
     model = sentencepiece_model_pb2.ModelProto()
     model.ParseFromString(proto)
     model.trainer_spec.ClearField("num_threads")
+    model.normalizer_spec.ClearField("normalization_rule_tsv")
     return model.SerializeToString(deterministic=True)
+
+
+def lower_each_char(text: str) -> str:
+    """``text`` with each character lowercased on its own: ``str.lower()`` less its one context
+    rule (Greek final sigma), which is what a ``lowercase`` model's normaliser does."""
+    return "".join(ch.lower() for ch in text)
+
+
+def case_fold_rules() -> str:
+    """SentencePiece's normalisation rule table (TSV: source code point, tab, target code
+    points, in hex) mapping each character whose ``str.lower()`` differs to that lowercase."""
+    rows = []
+    for code in range(0x110000):
+        if 0xD800 <= code <= 0xDFFF:  # surrogates are not characters
+            continue
+        lower = chr(code).lower()
+        if lower != chr(code):
+            rows.append(f"{code:04X}\t" + " ".join(f"{ord(c):04X}" for c in lower))
+    return "\n".join(rows) + "\n"
 
 
 def train_spm(
@@ -91,6 +121,7 @@ def train_spm(
     seed: int,
     num_threads: int | None = None,
     character_coverage: float = 0.9999,
+    lowercase: bool = False,
 ) -> dict[str, Any]:
     """Train the joint BPE model; returns the recorded settings (also in ``{prefix}.json``)."""
     import sentencepiece as spm
@@ -113,6 +144,7 @@ def train_spm(
         "bos_id": BOS_ID,
         "eos_id": EOS_ID,
         "normalization_rule_name": "identity",
+        "lowercase": lowercase,
         "remove_extra_whitespaces": False,
         "byte_fallback": True,
         "character_coverage": character_coverage,
@@ -123,31 +155,39 @@ def train_spm(
     }
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()  # trained in memory: no temporary path ends up inside the model
-    try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=_sampled_lines(paths, chosen),
-            model_writer=model,
-            model_type="bpe",
-            vocab_size=vocab_size,
-            pad_id=PAD_ID,
-            unk_id=UNK_ID,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
-            normalization_rule_name="identity",
-            remove_extra_whitespaces=False,
-            byte_fallback=True,
-            character_coverage=character_coverage,
-            input_sentence_size=0,  # already sampled above
-            shuffle_input_sentence=False,
-            num_threads=threads,
-            minloglevel=1,
-        )
-    except RuntimeError as err:
-        raise DataError(
-            f"SentencePiece training on {[str(p) for p in paths]} failed "
-            f"(--vocab-size {vocab_size}): {err}"
-        ) from err
-    proto = _without_thread_count(model.getvalue())
+    # the identity, or the identity plus lowercasing: a rule table that SentencePiece compiles
+    # into the model (its precompiled_charsmap), so that the model carries it wherever it goes
+    normaliser: dict[str, str] = {"normalization_rule_name": "identity"}
+    with tempfile.TemporaryDirectory(prefix=".spm-", dir=prefix.parent) as tmp:
+        if lowercase:
+            table = Path(tmp) / "lowercase.tsv"
+            table.write_text(case_fold_rules(), encoding="utf-8")
+            normaliser = {"normalization_rule_tsv": str(table)}
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=_sampled_lines(paths, chosen),
+                model_writer=model,
+                model_type="bpe",
+                vocab_size=vocab_size,
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                **normaliser,
+                remove_extra_whitespaces=False,
+                byte_fallback=True,
+                character_coverage=character_coverage,
+                input_sentence_size=0,  # already sampled above
+                shuffle_input_sentence=False,
+                num_threads=threads,
+                minloglevel=1,
+            )
+        except RuntimeError as err:
+            raise DataError(
+                f"SentencePiece training on {[str(p) for p in paths]} failed "
+                f"(--vocab-size {vocab_size}): {err}"
+            ) from err
+    proto = _without_machine_details(model.getvalue())
     processor = spm.SentencePieceProcessor(model_proto=proto)
     settings["sha256"] = hashlib.sha256(proto).hexdigest()
     model_path = prefix.with_suffix(".model")

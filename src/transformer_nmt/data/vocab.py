@@ -45,6 +45,19 @@ class VocabInfo:
         return cls(**d)
 
 
+def folds_case(spm_model_path: str | Path) -> bool:
+    """Whether the SentencePiece model lowercases what it encodes (trained with the data
+    setting ``lowercase``, ``data/spm.py``): its output is then scored case-insensitively."""
+    import sentencepiece as spm
+
+    path = Path(spm_model_path)
+    try:
+        processor = spm.SentencePieceProcessor(model_file=str(path))
+    except (OSError, RuntimeError) as err:
+        raise DataError(f"{path}: not a readable SentencePiece model ({err})") from err
+    return bool(processor.normalize("A") == processor.normalize("a"))
+
+
 def load_vocab_info(spm_model_path: str | Path) -> VocabInfo:
     """Size, special ids and sha256 of a SentencePiece model; DataError unless ids are fixed."""
     import sentencepiece as spm

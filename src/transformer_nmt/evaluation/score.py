@@ -22,6 +22,11 @@ The two tokenized BLEUs are defined only where Moses tokenization is (languages 
 words with spaces, ``moses_tokenizable``); elsewhere their ``score`` is null (the report shows
 "—") and ``method`` says why.
 
+``lowercase=True`` (the score stage's ``--lowercase``, for a model whose vocabulary lowercases,
+the data setting ``lowercase``) makes ``bleu``, ``chrf`` and ``bleu_paper`` case-insensitive:
+sacreBLEU lowercases hypotheses and references (``case:lc`` in the signatures). ``bleu_lc_tok``
+is case-insensitive either way.
+
 Each score also carries its **95% bootstrap interval** (``ci95``), sacreBLEU's own
 ``corpus_score(..., n_bootstrap=N)`` (the ``sacrebleu --confidence`` code path, Koehn 2004): N
 test sets drawn with replacement from the sentences, the interval the bootstrap mean ± half the
@@ -167,17 +172,24 @@ def _bleu_dict(
 
 
 def score_lines(
-    hyps: Sequence[str], refs: Sequence[str], tgt_lang: str, resamples: int = DEFAULT_RESAMPLES
+    hyps: Sequence[str],
+    refs: Sequence[str],
+    tgt_lang: str,
+    resamples: int = DEFAULT_RESAMPLES,
+    *,
+    lowercase: bool = False,
 ) -> ScoreSet:
     """Score aligned hypothesis and reference lines (same length, one sentence each); each
-    score with its 95% bootstrap interval from ``resamples`` draws (0 or 1: none)."""
+    score with its 95% bootstrap interval from ``resamples`` draws (0 or 1: none);
+    ``lowercase``: every score case-insensitive."""
     if len(hyps) != len(refs):
         raise DataError(f"{len(hyps)} hypotheses but {len(refs)} references")
     if not hyps:
         raise DataError("nothing to score: no sentences")
 
-    bleu = _bleu_dict(BLEU(tokenize=bleu_tokenizer(tgt_lang)), hyps, refs, resamples)
-    _, chrf = _score_dict(CHRF(), hyps, refs, resamples)
+    bleu_metric = BLEU(tokenize=bleu_tokenizer(tgt_lang), lowercase=lowercase)
+    bleu = _bleu_dict(bleu_metric, hyps, refs, resamples)
+    _, chrf = _score_dict(CHRF(lowercase=lowercase), hyps, refs, resamples)
     if not moses_tokenizable(tgt_lang):
         none = undefined_score(tgt_lang)
         return ScoreSet(len(hyps), bleu, chrf, dict(none), dict(none))
@@ -186,7 +198,7 @@ def score_lines(
     refs_tok = moses_tokenize(refs, tgt_lang)
     on_tokens = {"tokenize": "none", "force": True, "smooth_method": "none"}
     bleu_paper = _bleu_dict(
-        BLEU(**on_tokens),
+        BLEU(lowercase=lowercase, **on_tokens),
         [split_compounds(h) for h in hyps_tok],
         [split_compounds(r) for r in refs_tok],
         resamples,
@@ -202,6 +214,8 @@ def score_files(
     ref_path: str | Path,
     tgt_lang: str,
     resamples: int = DEFAULT_RESAMPLES,
+    *,
+    lowercase: bool = False,
 ) -> ScoreSet:
     """Score a hypothesis file against a reference file; line counts must match."""
     hyps = read_lines(hyp_path)
@@ -213,4 +227,4 @@ def score_files(
         )
     if not hyps:
         raise DataError(f"nothing to score: {hyp_path} and {ref_path} are empty")
-    return score_lines(hyps, refs, tgt_lang, resamples)
+    return score_lines(hyps, refs, tgt_lang, resamples, lowercase=lowercase)

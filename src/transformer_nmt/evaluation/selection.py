@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from transformer_nmt.data.vocab import folds_case
 from transformer_nmt.errors import DataError
 from transformer_nmt.evaluation.score import score_lines
 from transformer_nmt.inference.engine import TranslationEngine
@@ -82,6 +83,7 @@ def select_average(
     """Average the last K of ``checkpoints`` (oldest first) for each candidate K, score each on
     the dev set, and write the best average to ``out`` (a model file)."""
     sources, references = read_lines(dev_src), read_lines(dev_ref)
+    lowercase = folds_case(spm_model)  # a lowercasing vocabulary: case-insensitive BLEU
     first_meta = checkpoint_meta(load_checkpoint(checkpoints[-1], mmap=True), checkpoints[-1])
     dev_bleu: dict[int, float] = {}
     with tempfile.TemporaryDirectory(prefix=".average-", dir=out.parent) as tmp:
@@ -98,7 +100,8 @@ def select_average(
             )
             translator = Translator(candidate, spm_model, settings, device)
             hyps = translator.translate(sources)
-            dev_bleu[k] = float(score_lines(hyps, references, tgt_lang).bleu["score"])
+            scores = score_lines(hyps, references, tgt_lang, lowercase=lowercase)
+            dev_bleu[k] = float(scores.bleu["score"])
             log.info("average of the last %d checkpoint(s): dev BLEU %.2f", k, dev_bleu[k])
         # ties go to the smaller K (fewer checkpoints, the same quality)
         best_k = max(dev_bleu, key=lambda k: (dev_bleu[k], -k))
@@ -127,10 +130,12 @@ def select_alpha(
     references: Sequence[str],
     tgt_lang: str,
     candidates: Sequence[float] = ALPHA_CANDIDATES,
+    *,
+    lowercase: bool = False,
 ) -> AlphaSelection:
     """Translate ``sources`` once per α of ``candidates`` (the translator's other search
-    settings unchanged) and keep the α with the best sacreBLEU against ``references``; ties go
-    to the α nearest the paper's 0.6."""
+    settings unchanged) and keep the α with the best sacreBLEU against ``references`` (case-
+    insensitive with ``lowercase``); ties go to the α nearest the paper's 0.6."""
     if not candidates:
         raise DataError("select_alpha: no candidate α to try")
     base = translator.settings
@@ -139,7 +144,8 @@ def select_alpha(
         for alpha in sorted(set(float(a) for a in candidates)):
             translator.settings = replace(base, alpha=alpha)
             hyps = translator.translate(sources)
-            dev_bleu[alpha] = float(score_lines(hyps, references, tgt_lang).bleu["score"])
+            scores = score_lines(hyps, references, tgt_lang, lowercase=lowercase)
+            dev_bleu[alpha] = float(scores.bleu["score"])
             log.info("length penalty alpha %g: dev BLEU %.2f", alpha, dev_bleu[alpha])
     finally:
         translator.settings = base

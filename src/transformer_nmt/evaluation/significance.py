@@ -71,11 +71,13 @@ def paired_bootstrap(
     references: Sequence[str],
     resamples: int = DEFAULT_RESAMPLES,
     tokenize: str = "13a",
+    lowercase: bool = False,
 ) -> tuple[BootstrapResult, BootstrapResult, str]:
     """sacreBLEU's paired bootstrap of ``system`` against ``baseline`` (each a list of runs,
     one hypothesis list per seed) on ``references``, BLEU with tokenizer ``tokenize`` (the
-    target language's, ``evaluation.score.bleu_tokenizer``); returns (baseline result, system
-    result, the test's signature). Runs are concatenated as the module docstring says."""
+    target language's, ``evaluation.score.bleu_tokenizer``), case-insensitive with ``lowercase``
+    (as the score stage was); returns (baseline result, system result, the test's signature).
+    Runs are concatenated as the module docstring says."""
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
@@ -90,7 +92,7 @@ def paired_bootstrap(
     sys_lines = concatenate_runs(system, copies, "system")
     test = PairedTest(
         [("baseline", base_lines), ("system", sys_lines)],
-        {"BLEU": BLEU(tokenize=tokenize)},
+        {"BLEU": BLEU(tokenize=tokenize, lowercase=lowercase)},
         references=[list(references) * copies],
         test_type="bs",
         n_samples=resamples,
@@ -105,7 +107,11 @@ def paired_bootstrap(
     p_value = 1.0 if sys_.score == base.score else float(sys_.p_value)
     n = len(base_lines)
     difference = difference_interval(
-        BLEU(tokenize=tokenize), base_lines, sys_lines, [list(references) * copies], resamples
+        BLEU(tokenize=tokenize, lowercase=lowercase),
+        base_lines,
+        sys_lines,
+        [list(references) * copies],
+        resamples,
     )
     return (
         BootstrapResult(

@@ -72,8 +72,9 @@ def study_sections(
                 continue
             base_scores = scores[(members[baseline][0], test_set)]
             refs = read_lines(base_scores["ref"])
-            # BLEU tokenised as the score stage did for the target language
+            # BLEU tokenised and cased as the score stage did for the target language
             tokenize = bleu_tokenizer(str(base_scores.get("tgt_lang", "")))
+            lowercase = bool(base_scores.get("lowercase", False))
             for name in sorted(members):
                 if name == baseline:
                     continue
@@ -82,7 +83,7 @@ def study_sections(
                     continue
                 try:
                     base_result, result, signature = sig.paired_bootstrap(
-                        base_hyps, hyps, refs, resamples, tokenize
+                        base_hyps, hyps, refs, resamples, tokenize, lowercase
                     )
                 except DataError as err:
                     raise DataError(f"significance of {name} on {test_set}: {err}") from err

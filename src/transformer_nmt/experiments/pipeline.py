@@ -102,6 +102,17 @@ class Pipeline:
     def data_settings(self, dataset: str, pair: str) -> dict[str, Any]:
         return self.config["data"][dataset][pair]
 
+    def spm_flags(self, dataset: str, pair: str) -> str:
+        """``--lowercase`` where the pair's data setting ``lowercase`` is on: the vocabulary
+        lowercases every text it encodes (``data/spm.py``)."""
+        return "--lowercase" if self.data_settings(dataset, pair).get("lowercase") else ""
+
+    def score_flags(self, name: str) -> str:
+        """``--lowercase`` (case-insensitive scores) where the experiment's vocabulary
+        lowercases; the dev-set choices read that from the vocabulary itself."""
+        exp = self.experiment(name)
+        return self.spm_flags(exp["dataset"], exp["pair"])
+
     def langs(self, name: str) -> tuple[str, str]:
         src, tgt = self.experiment(name)["pair"].split("-")
         return src, tgt

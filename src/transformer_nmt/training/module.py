@@ -284,6 +284,8 @@ class TranslationModule(L.LightningModule):
             else:
                 out = greedy_search(self.model, src, max_len_b=settings.max_len_b, **ids)
             hyps.extend(sp.decode(list(map(int, tokens))) for tokens in out)
+            # the references as the vocabulary encoded them: lowercased by a lowercasing
+            # vocabulary, so that its BLEU is case-insensitive like the score stage's
             refs.extend(sp.decode(data.tgt[i].astype(int).tolist()) for i in batch)
         # BLEU tokenised for the target language, as the score stage does
         tokenize = bleu_tokenizer(getattr(self.trainer.datamodule, "tgt_lang", ""))
