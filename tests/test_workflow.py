@@ -269,7 +269,11 @@ def test_a_lowercase_vocabulary_is_a_new_vocabulary_scored_case_insensitively(
     pipeline: dict[str, Any],
 ) -> None:
     """``lowercase: true``: spm-train lowercases, everything after it reruns, and every score
-    job compares case-insensitively; the cased default passes the flag to no job."""
+    job compares case-insensitively; the cased default passes the flag to no job, and setting
+    it to false changes no job of a finished run."""
+    config = copy.deepcopy(pipeline["config"])
+    config["data"]["multi30k"]["en-de"]["lowercase"] = False
+    assert _planned_jobs(_snakemake(pipeline["workdir"], config, "-n")) == {}
     commands = {}
     for lowercase in (False, True):
         config = copy.deepcopy(pipeline["config"])

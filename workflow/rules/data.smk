@@ -112,13 +112,13 @@ rule spm_train:
     params:
         vocab_size=lambda wc: pipeline.data_settings(wc.dataset, wc.pair)["vocab_size"],
         sample=lambda wc: pipeline.data_settings(wc.dataset, wc.pair)["spm_sample_sentences"],
-        seed=lambda wc: pipeline.data_settings(wc.dataset, wc.pair)["spm_seed"],
-        flags=lambda wc: pipeline.spm_flags(wc.dataset, wc.pair),
+        # the seed, and the flag of the data setting lowercase when it is on (pipeline.py)
+        seed=lambda wc: pipeline.spm_seed_and_flags(wc.dataset, wc.pair),
         prefix=paths.SPM_PREFIX,
     shell:
         "python -m transformer_nmt spm-train --inputs {input.src:q} {input.tgt:q}"
         " --vocab-size {params.vocab_size} --sample-sentences {params.sample}"
-        " --seed {params.seed} {params.flags} --model-prefix {params.prefix:q} > {log:q} 2>&1"
+        " --seed {params.seed} --model-prefix {params.prefix:q} > {log:q} 2>&1"
 
 
 rule encode:

@@ -94,13 +94,12 @@ rule score:
     conda:
         "../../environment.yml"
     params:
-        tgt=lambda wc: pipeline.langs(wc.experiment)[1],
-        flags=lambda wc: pipeline.score_flags(wc.experiment),
+        # the target language, and --lowercase for a lowercasing vocabulary (pipeline.py)
+        tgt=lambda wc: pipeline.score_language_and_flags(wc.experiment),
         tracking=lambda wc: pipeline.tracking_flags(wc.experiment),
     shell:
         "python -m transformer_nmt score --hyp {input.hyp:q} --ref {input.ref:q}"
-        " --tgt-lang {params.tgt} {params.flags} --out {output.scores:q} {params.tracking}"
-        " > {log:q} 2>&1"
+        " --tgt-lang {params.tgt} --out {output.scores:q} {params.tracking} > {log:q} 2>&1"
 
 
 rule attention_maps:

@@ -102,16 +102,27 @@ class Pipeline:
     def data_settings(self, dataset: str, pair: str) -> dict[str, Any]:
         return self.config["data"][dataset][pair]
 
-    def spm_flags(self, dataset: str, pair: str) -> str:
-        """``--lowercase`` where the pair's data setting ``lowercase`` is on: the vocabulary
-        lowercases every text it encodes (``data/spm.py``)."""
-        return "--lowercase" if self.data_settings(dataset, pair).get("lowercase") else ""
+    # A new option of a stage rides on the value of a param the rule already has, and changes
+    # it only when set: Snakemake reruns a job whose shell command template or param values
+    # changed, so a new flag of its own would rerun every finished run of an earlier version.
 
-    def score_flags(self, name: str) -> str:
-        """``--lowercase`` (case-insensitive scores) where the experiment's vocabulary
-        lowercases; the dev-set choices read that from the vocabulary itself."""
-        exp = self.experiment(name)
-        return self.spm_flags(exp["dataset"], exp["pair"])
+    def lowercase(self, dataset: str, pair: str) -> bool:
+        """The pair's data setting ``lowercase``: its vocabulary lowercases every text it
+        encodes (``data/spm.py``), and its scores are case-insensitive."""
+        return bool(self.data_settings(dataset, pair).get("lowercase", False))
+
+    def spm_seed_and_flags(self, dataset: str, pair: str) -> int | str:
+        """spm-train's ``--seed`` value: the seed, followed by ``--lowercase`` where the
+        pair's vocabulary lowercases."""
+        seed = int(self.data_settings(dataset, pair)["spm_seed"])
+        return f"{seed} --lowercase" if self.lowercase(dataset, pair) else seed
+
+    def score_language_and_flags(self, name: str) -> str:
+        """score's ``--tgt-lang`` value: the target language, followed by ``--lowercase``
+        (case-insensitive scores) where the experiment's vocabulary lowercases; the dev-set
+        choices read that from the vocabulary itself."""
+        exp, tgt = self.experiment(name), self.langs(name)[1]
+        return f"{tgt} --lowercase" if self.lowercase(exp["dataset"], exp["pair"]) else tgt
 
     def langs(self, name: str) -> tuple[str, str]:
         src, tgt = self.experiment(name)["pair"].split("-")
