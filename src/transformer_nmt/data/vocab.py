@@ -45,30 +45,29 @@ class VocabInfo:
         return cls(**d)
 
 
+def _open_model(path: Path) -> Any:
+    """The SentencePiece processor of ``path``; DataError if it is missing or unreadable."""
+    import sentencepiece as spm
+
+    if not path.is_file():
+        raise DataError(f"{path}: SentencePiece model not found")
+    try:
+        return spm.SentencePieceProcessor(model_file=str(path))
+    except (OSError, RuntimeError) as err:
+        raise DataError(f"{path}: not a readable SentencePiece model ({err})") from err
+
+
 def folds_case(spm_model_path: str | Path) -> bool:
     """Whether the SentencePiece model lowercases what it encodes (trained with the data
     setting ``lowercase``, ``data/spm.py``): its output is then scored case-insensitively."""
-    import sentencepiece as spm
-
-    path = Path(spm_model_path)
-    try:
-        processor = spm.SentencePieceProcessor(model_file=str(path))
-    except (OSError, RuntimeError) as err:
-        raise DataError(f"{path}: not a readable SentencePiece model ({err})") from err
+    processor = _open_model(Path(spm_model_path))
     return bool(processor.normalize("A") == processor.normalize("a"))
 
 
 def load_vocab_info(spm_model_path: str | Path) -> VocabInfo:
     """Size, special ids and sha256 of a SentencePiece model; DataError unless ids are fixed."""
-    import sentencepiece as spm
-
     path = Path(spm_model_path)
-    if not path.is_file():
-        raise DataError(f"{path}: SentencePiece model not found")
-    try:
-        processor = spm.SentencePieceProcessor(model_file=str(path))
-    except (OSError, RuntimeError) as err:
-        raise DataError(f"{path}: not a readable SentencePiece model ({err})") from err
+    processor = _open_model(path)
     info = VocabInfo(
         size=int(processor.get_piece_size()),
         pad_id=int(processor.pad_id()),
