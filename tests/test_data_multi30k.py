@@ -4,6 +4,7 @@ batches, through the stage CLIs. One pipeline run (about 10 s) is shared by the 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -194,3 +195,16 @@ def test_two_ranks_see_disjoint_batches_covering_the_epoch(pipeline):
     n_train = len(TokenArray(pipeline / "bin" / "train.en"))
     assert sorted(set(covered)) == list(range(n_train))
     assert len(covered) == n_train + sum(len(b) for b in repeated)
+
+
+@pytest.mark.parametrize("reader", [folds_case, load_vocab_info])
+def test_vocabulary_readers_name_a_missing_or_unreadable_model(reader, tmp_path):
+    """Both readers of a SentencePiece model fail with one line that names the file."""
+    missing = tmp_path / "absent.model"
+    with pytest.raises(DataError, match=re.escape(f"{missing}: SentencePiece model not found")):
+        reader(missing)
+    corrupt = tmp_path / "corrupt.model"
+    corrupt.write_bytes(b"not a protobuf \xff\xfe")
+    unreadable = re.escape(f"{corrupt}: not a readable SentencePiece model")
+    with pytest.raises(DataError, match=unreadable):
+        reader(corrupt)
