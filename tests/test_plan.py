@@ -26,6 +26,7 @@ from transformer_nmt.training.objective import (
     GPU_LOSS_ROWS,
     build_optimizer,
     label_smoothed_cross_entropy,
+    training_loss,
 )
 
 # the starter config for a user's own corpus names files the user brings: tests/test_local_data.py
@@ -375,18 +376,22 @@ def test_a_named_gpu_kind_is_never_measured_on_this_machines_gpu(
     assert measured_on == ["the local GPU"]
 
 
+@pytest.mark.parametrize("rdrop", [False, True])
 @pytest.mark.parametrize(
     ("dtype", "precision"), [(torch.float32, "32-true"), (torch.bfloat16, "bf16-mixed")]
 )
 def test_loss_estimate_is_the_logits_the_loss_keeps_their_gradient_and_its_buffer(
-    dtype: torch.dtype, precision: str
+    dtype: torch.dtype, precision: str, rdrop: bool
 ) -> None:
     """The loss keeps only the logits for backward (in their own dtype: no float32
     log-probabilities) and writes their gradient once; the estimate's loss term is those two
     and the float32 chunk buffer. On an H200 the former count (four float32 copies) put base's
-    estimate at 1.95x its measured peak (benchmarks/RESULTS.md, issue 38)."""
+    estimate at 1.95x its measured peak (benchmarks/RESULTS.md, issue 38). With R-Drop
+    (``train.rdrop_alpha``) the logits are two passes' and its consistency term has a
+    [tokens x vocab] gradient and chunk buffers of its own: the estimate counts them too."""
     vocab, tokens = 300, 64
-    logits = torch.randn(1, tokens, vocab, dtype=dtype, requires_grad=True)
+    passes = 2 if rdrop else 1
+    logits = torch.randn(passes, tokens, vocab, dtype=dtype, requires_grad=True)
     target = torch.randint(4, vocab, (1, tokens))
     saved: dict[int, int] = {}
 
@@ -396,12 +401,15 @@ def test_loss_estimate_is_the_logits_the_loss_keeps_their_gradient_and_its_buffe
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = label_smoothed_cross_entropy(logits, target).loss
+        loss = training_loss(logits, target, eps=0.1, pad_id=0, rdrop_alpha=5.0 * rdrop).loss
     loss.backward()
     assert logits.grad is not None
     gradient = logits.grad.numel() * logits.grad.element_size()
-    buffer = min(GPU_LOSS_ROWS, tokens) * vocab * 4
-    estimate = pf.estimate_peak_bytes(SMALL, vocab, 1, tokens, precision)
+    buffer = min(GPU_LOSS_ROWS, passes * tokens) * vocab * 4
+    if rdrop:  # the consistency term writes its own gradient and reads through two buffers
+        gradient *= 2
+        buffer += 4 * min(GPU_LOSS_ROWS, tokens) * vocab * 4
+    estimate = pf.estimate_peak_bytes(SMALL, vocab, 1, tokens, precision, rdrop=rdrop)
     assert estimate.loss == sum(saved.values()) + gradient + buffer
 
 

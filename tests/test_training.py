@@ -190,6 +190,9 @@ def test_train_config_unknown_key_is_named() -> None:
         ("compile", "yes"),
         ("fused_loss", "yes"),
         ("lr_scale", True),
+        ("rdrop_alpha", -1.0),
+        ("rdrop_alpha", True),
+        ("rdrop_alpha", float("inf")),
         ("strategy", "fsdp"),  # sharded: the per-token gradient rescaling needs whole gradients
         ("strategy", "deepspeed"),
     ],
@@ -202,6 +205,12 @@ def test_train_config_bad_value_names_the_key(key: str, value: object) -> None:
 def test_compile_and_chunked_loss_are_not_combined() -> None:
     with pytest.raises(ConfigError, match="'compile' and 'loss_chunk_tokens'"):
         TrainConfig(compile=True, loss_chunk_tokens=512)
+
+
+def test_rdrop_and_chunked_loss_are_not_combined() -> None:
+    with pytest.raises(ConfigError, match="'rdrop_alpha' and 'loss_chunk_tokens'"):
+        TrainConfig(rdrop_alpha=5.0, loss_chunk_tokens=512)
+    assert TrainConfig(rdrop_alpha=5.0).rdrop_alpha == 5.0
 
 
 def test_beam_bleu_interval_must_fall_on_validations() -> None:

@@ -64,6 +64,11 @@ class TrainConfig:
     # bf16: big +26%, base +54% target tokens/s; benchmarks/RESULTS.md), off on a CPU, whose
     # eager loss in cache-sized chunks is the measured fast path; true / false force it.
     fused_loss: bool | str = "auto"
+    # Flag (paper: 0 = off): R-Drop (Liang et al. 2021), a regulariser for small data: every
+    # batch passes through the model twice (two dropout masks, twice a step's compute) and the
+    # loss adds alpha times the symmetric KL divergence of the two output distributions
+    # (objective.training_loss); the R-Drop paper uses 5 for translation.
+    rdrop_alpha: float = 0.0
     seed: int = 1
     # Flag (none by default): train keys whose value depends on the precision the run trains in,
     # e.g. {"bf16-mixed": {"max_steps": 2400, "lr_cooldown_steps": 750}}: a 16-bit run that
@@ -245,6 +250,11 @@ def _validate(cfg: TrainConfig) -> None:
     number("adam_eps", 0.0, 1.0)
     number("clip_grad_norm", 0.0, math.inf, allow_none=True)
     number("checkpoint_every_minutes", 0.0, math.inf)
+    alpha = cfg.rdrop_alpha
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 <= alpha < math.inf:
+        raise ConfigError(
+            f"train config key 'rdrop_alpha' must be a number >= 0 (0 = off), got {alpha!r}"
+        )
     for i, beta in enumerate(cfg.adam_betas):
         if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0.0 <= beta < 1.0:
             raise ConfigError(f"train config key 'adam_betas'[{i}] must be in [0, 1), got {beta!r}")
@@ -264,6 +274,11 @@ def _validate(cfg: TrainConfig) -> None:
         raise ConfigError(
             "train config keys 'compile' and 'loss_chunk_tokens' cannot be combined: "
             "compile covers the unchunked loss only"
+        )
+    if cfg.rdrop_alpha and cfg.loss_chunk_tokens:
+        raise ConfigError(
+            "train config keys 'rdrop_alpha' and 'loss_chunk_tokens' cannot be combined: "
+            "R-Drop's consistency term reads the whole logits of both passes"
         )
     _validate_by_precision(cfg)
     if cfg.precision not in PRECISIONS:

@@ -95,7 +95,7 @@ class TranslationModule(L.LightningModule):
         path = loss_path(
             self.device, fused=fused, compiled=self.train_cfg.compile,
             autocast="mixed" in str(self.trainer.precision),
-            dtype=self.model.projection_weight.dtype,
+            dtype=self.model.projection_weight.dtype, rdrop=self.train_cfg.rdrop_alpha > 0,
         )  # fmt: skip
         described = {
             "fused": "fused, torch.compile'd passes over the logits",
@@ -103,12 +103,14 @@ class TranslationModule(L.LightningModule):
             "projected_loss)",
             "logits": "eager",
         }
+        alpha = self.train_cfg.rdrop_alpha
         log.info(
-            "loss (§5.4): %s (train.fused_loss: %s%s)",
+            "loss (§5.4): %s (train.fused_loss: %s%s)%s",
             "chunked (train.loss_chunk_tokens)" if self.train_cfg.loss_chunk_tokens
             else described[path],
             setting,
             f" on {self.device.type}" if setting == "auto" else "",
+            f", with R-Drop: two passes per batch, alpha {alpha}" if alpha else "",
         )  # fmt: skip
 
     def on_train_start(self) -> None:
@@ -134,7 +136,9 @@ class TranslationModule(L.LightningModule):
             object.__setattr__(self, "_compiled_model", compiled)  # not a registered submodule
         return compiled
 
-    def _loss(self, batch: dict[str, torch.Tensor]):
+    def _loss(self, batch: dict[str, torch.Tensor], *, training: bool = False):
+        """The batch's summed loss; ``training``: the objective training minimises (R-Drop's
+        two passes with ``train.rdrop_alpha``), else §5.4's loss of one pass (validation)."""
         chunk = self.train_cfg.loss_chunk_tokens
         if chunk:  # flag: the [tokens x V] logits a chunk at a time (memory, same numbers)
             enc = self.model.encode(batch["src"])
@@ -147,12 +151,13 @@ class TranslationModule(L.LightningModule):
             self.model, batch, eps=self.eps_ls, pad_id=self.pad_id,
             fused=fused_loss_wanted(self.train_cfg.fused_loss, batch["src"].device),
             forward=self._forward_model() if self.train_cfg.compile else None,
+            rdrop_alpha=self.train_cfg.rdrop_alpha if training else 0.0,
         )  # fmt: skip
 
     # --- training ------------------------------------------------------------------------------
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        out = self._loss(batch)
+        out = self._loss(batch, training=True)
         # Check before backward: a NaN must never reach the weights (or a checkpoint).
         if not bool(torch.isfinite(out.loss)):
             raise NonFiniteLossError(
