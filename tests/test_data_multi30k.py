@@ -199,12 +199,17 @@ def test_two_ranks_see_disjoint_batches_covering_the_epoch(pipeline):
 
 @pytest.mark.parametrize("reader", [folds_case, load_vocab_info])
 def test_vocabulary_readers_name_a_missing_or_unreadable_model(reader, tmp_path):
-    """Both readers of a SentencePiece model fail with one line that names the file."""
+    """Both readers of a SentencePiece model fail with one line that names the file and says
+    how to make it."""
     missing = tmp_path / "absent.model"
-    with pytest.raises(DataError, match=re.escape(f"{missing}: SentencePiece model not found")):
+    not_found = re.escape(f"{missing}: SentencePiece model not found")
+    with pytest.raises(DataError, match=not_found) as e:
         reader(missing)
+    assert "spm_train stage" in str(e.value) and "\n" not in str(e.value)
     corrupt = tmp_path / "corrupt.model"
     corrupt.write_bytes(b"not a protobuf \xff\xfe")
     unreadable = re.escape(f"{corrupt}: not a readable SentencePiece model")
-    with pytest.raises(DataError, match=unreadable):
+    with pytest.raises(DataError, match=unreadable) as e:
         reader(corrupt)
+    assert "move it aside" in str(e.value) and "\n" not in str(e.value)
+    assert corrupt.exists()  # nothing a user made is deleted

@@ -49,12 +49,17 @@ def _open_model(path: Path) -> Any:
     """The SentencePiece processor of ``path``; DataError if it is missing or unreadable."""
     import sentencepiece as spm
 
+    # the pipeline trains it in its spm_train stage (``transformer_nmt spm-train``)
+    train_it = "run the pipeline's spm_train stage (or transformer_nmt spm-train) to make it"
     if not path.is_file():
-        raise DataError(f"{path}: SentencePiece model not found")
+        raise DataError(f"{path}: SentencePiece model not found; {train_it}")
     try:
         return spm.SentencePieceProcessor(model_file=str(path))
     except (OSError, RuntimeError) as err:
-        raise DataError(f"{path}: not a readable SentencePiece model ({err})") from err
+        raise DataError(
+            f"{path}: not a readable SentencePiece model ({err}); move it aside and {train_it} "
+            "again"
+        ) from err
 
 
 def folds_case(spm_model_path: str | Path) -> bool:
