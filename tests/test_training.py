@@ -900,8 +900,8 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(
 
     original = TranslationModule._loss
 
-    def poisoned(self, batch):
-        out = original(self, batch)
+    def poisoned(self, batch, **options):
+        out = original(self, batch, **options)
         if self.global_step >= 12:  # the 13th update sees a NaN loss
             out.loss = out.loss * float("nan")
         return out
@@ -929,8 +929,8 @@ def test_nan_gradient_stops_before_the_optimizer_step(
 
     original = TranslationModule._loss
 
-    def poisoned(self, batch):
-        out = original(self, batch)
+    def poisoned(self, batch, **options):
+        out = original(self, batch, **options)
         if self.global_step >= 7:  # finite loss, NaN gradient: 0 * d/dx sqrt(x) at x = 0
             w = self.model.src_embed.weight[4, 0]
             out.loss = out.loss + 0.0 * torch.sqrt(w * 0.0)
