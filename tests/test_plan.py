@@ -483,6 +483,30 @@ def test_big_on_a_published_gpu_gets_hours_with_the_source_named(
     assert "NVIDIA DeepLearningExamples" in out and f"{rate:,} target tokens/s" in out
 
 
+def test_rdrop_halves_the_recorded_speed_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """R-Drop (``train.rdrop_alpha`` > 0) computes each batch twice: the plan's speed is the
+    recorded one halved, its hours doubled, and the source says why."""
+    recipe = REPO_ROOT / "config" / "experiments" / "wmt14_en_de_big.yaml"
+    config = yaml.safe_load(recipe.read_text())
+    config["experiments"]["wmt14_en_de_big"]["train"]["rdrop_alpha"] = 5.0
+    path = tmp_path / "rdrop.yaml"
+    path.write_text(yaml.safe_dump(config))
+    rows = {}
+    for name, configfile in (("plain", recipe), ("rdrop", path)):
+        argv = ("--configfile", str(configfile), "--gpus", "8", "--gpu-kind", "v100")
+        code, out, _ = _plan(capsys, *argv, "--estimate-only")
+        assert code == 0
+        rows[name] = (_rows(out)["wmt14_en_de_big"], out)
+    (plain, plain_out), (rdrop, rdrop_out) = rows["plain"], rows["rdrop"]
+    assert float(rdrop[11]) == pytest.approx(2 * float(plain[11]), abs=0.1)
+    rate = pf.RECORDED_THROUGHPUT[("big", "v100")].tgt_tokens_per_s
+    assert f"{rate:,.0f} target tokens/s" in plain_out and "halved" not in plain_out
+    assert f"{rate / 2:,.0f} target tokens/s" in rdrop_out
+    assert "halved: R-Drop (train.rdrop_alpha) computes each batch twice" in rdrop_out
+
+
 def test_a_published_speed_is_not_used_for_another_precision(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
