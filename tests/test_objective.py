@@ -390,14 +390,18 @@ def test_projected_loss_and_gradients_equal_the_full_logits(monkeypatch, rows_pe
 
 
 def test_the_loss_path_a_step_takes(monkeypatch):
-    """``loss_path``: the projected fast path on a CPU without autocast, unless compiled, fused
-    or switched off; the logits path under autocast (bf16 logits) and on a GPU."""
+    """``loss_path``: the projected fast path on a CPU without autocast or under bf16
+    autocast, unless compiled, fused or switched off; the logits path under fp16 autocast
+    and on a GPU."""
     from transformer_nmt.fast_paths import ENV
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     monkeypatch.setenv(ENV, "on")
     assert loss_path(cpu, fused=False, compiled=False, autocast=False) == "projected"
-    assert loss_path(cpu, fused=False, compiled=False, autocast=True) == "logits"
+    assert loss_path(cpu, fused=False, compiled=False, autocast=torch.bfloat16) == "projected"
+    assert loss_path(cpu, fused=False, compiled=False, autocast=torch.float16) == "logits"
+    with pytest.raises(ValueError, match="autocast's dtype"):
+        loss_path(cpu, fused=False, compiled=False, autocast=True)
     assert loss_path(cpu, fused=False, compiled=True, autocast=False) == "logits"
     assert loss_path(cpu, fused=True, compiled=False, autocast=False) == "fused"
     assert loss_path(cuda, fused=False, compiled=False, autocast=False) == "logits"
@@ -407,6 +411,9 @@ def test_the_loss_path_a_step_takes(monkeypatch):
         "projected"
     )
     with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert loss_path(cpu, fused=False, compiled=False) == "projected"
+        assert loss_path(cuda, fused=False, compiled=False) == "logits"
+    with torch.autocast("cpu", dtype=torch.float16):
         assert loss_path(cpu, fused=False, compiled=False) == "logits"
     assert loss_path(cpu, fused=False, compiled=False) == "projected"
     monkeypatch.setenv(ENV, "allocator,row_topk")
@@ -429,6 +436,145 @@ def test_model_loss_equals_the_logits_of_the_model(monkeypatch, fast_path):
         torch.testing.assert_close(out.loss, ref.loss, rtol=1e-12, atol=0)
         for ours, expected in zip(got, ref_grads, strict=True):
             torch.testing.assert_close(ours, expected, rtol=1e-10, atol=1e-12)
+
+
+def _bf16_grid(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """float32 values k / 8, |k| <= 4: their products' sums over <= 16 terms are multiples of
+    1/64 below 4 in size, exact in float32 and in bf16 (8 significant bits), so bf16 products
+    give exactly the logits float32 ones do, whatever the summation order."""
+    return torch.randint(-4, 5, shape, generator=generator).float() / 8
+
+
+@pytest.mark.parametrize(("rows_per_chunk", "row_multiple"), [(3, 2), (256, 4), (256, 64)])
+def test_projected_loss_under_bf16_autocast_equals_the_logits_path(
+    monkeypatch, rows_per_chunk, row_multiple
+):
+    """Under bf16 autocast (the bf16-mixed step on a CPU) the projected fast path multiplies in
+    bf16 and gives the logits path's loss and NLL (the logits are exact here, so only float32
+    summation order differs) and its gradients up to the bf16 rounding of softmax(x) - q, which
+    both paths round once (one bf16 ulp, 2^-8 relative, per element): in one chunk or several,
+    with padding positions, and with the zero rows that pad the 9 real ones to a multiple of
+    ``BF16_PROJECTED_ROWS`` (1, 3 and 55 of them)."""
+    from transformer_nmt.training import objective
+
+    vocab, d = 11, 16
+    monkeypatch.setattr(objective, "PROJECTED_LOSS_ELEMENTS", rows_per_chunk * vocab)
+    monkeypatch.setattr(objective, "BF16_PROJECTED_ROWS", row_multiple)
+    g = torch.Generator().manual_seed(8)
+    weight = _bf16_grid((vocab, d), g).requires_grad_()
+    hidden = _bf16_grid((3, 5, d), g).requires_grad_()
+    target = torch.randint(1, vocab, (3, 5), generator=g)
+    target[1, 3:] = 0
+    target[2, 1:] = 0
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = torch.nn.functional.linear(hidden, weight)  # [3, 5, V], bf16
+        full = label_smoothed_cross_entropy(logits, target, eps=0.1, pad_id=0)
+        out = projected_label_smoothed_cross_entropy(hidden, weight, target, eps=0.1, pad_id=0)
+    assert logits.dtype == torch.bfloat16
+    torch.testing.assert_close(out.loss, full.loss, rtol=1e-6, atol=0)
+    torch.testing.assert_close(out.nll, full.nll, rtol=1e-6, atol=0)
+    expected = torch.autograd.grad(3.0 * full.loss, (hidden, weight))
+    got = torch.autograd.grad(3.0 * out.loss, (hidden, weight))
+    # softmax(x) - q per position, in float64 from the exact logits: the bound's |g|
+    keep = target != 0
+    x = (hidden.detach().double() @ weight.detach().double().T)[keep]  # [9, V]
+    q = torch.full_like(x, 0.1 / vocab)
+    q[torch.arange(x.shape[0]), target[keep]] += 0.9
+    g_abs = 3.0 * (x.softmax(-1) - q).abs()  # [9, V]
+    ulp = 2.0**-7  # the gap between bf16 neighbours relative to the smaller one, at most
+    bound_hidden = torch.zeros_like(hidden, dtype=torch.float64)
+    bound_hidden[keep] = ulp * g_abs @ weight.detach().double().abs()
+    bound_weight = ulp * g_abs.T @ hidden.detach().double()[keep].abs()
+    for ours, reference, bound in zip(got, expected, (bound_hidden, bound_weight), strict=True):
+        assert ours.dtype == torch.float32
+        error = (ours.double() - reference.double()).abs()
+        # each path rounds its product's result to bf16 once more (the reference: the whole
+        # d loss / d W; ours: each chunk's, summed in float32)
+        assert (error <= bound + ulp * reference.double().abs() * 2).all()
+        assert reference.abs().sum() > 0
+    assert torch.count_nonzero(got[0][2, 1:]) == 0  # padding gets no gradient
+
+
+def test_projected_loss_under_bf16_autocast_multiplies_in_bf16(monkeypatch):
+    """The bf16 products are those the logits path's bf16 projection makes: every product of
+    the projected pass under bf16 autocast takes bf16 operands, and none does without it."""
+    seen: list[tuple[torch.dtype, ...]] = []
+    mm = torch.mm
+
+    def recording_mm(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(tuple(a.dtype for a in args[:2]))
+        return mm(*args, **kwargs)
+
+    weight, hidden, target = _projection_case(seed=6)
+    weight, hidden = weight.detach().float(), hidden.detach().float().requires_grad_()
+    monkeypatch.setattr(torch, "mm", recording_mm)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = projected_label_smoothed_cross_entropy(hidden, weight, target, eps=0.1, pad_id=0)
+    # x, d loss / d h and d loss / d W (one chunk)
+    assert len(seen) == 3 and set(seen) == {(torch.bfloat16, torch.bfloat16)}
+    seen.clear()
+    projected_label_smoothed_cross_entropy(hidden, weight, target, eps=0.1, pad_id=0)
+    assert seen and set(seen) == {(torch.float32, torch.float32)}
+    assert out.loss.dtype == torch.float32
+
+
+def test_bf16_projected_products_come_in_few_shapes(monkeypatch):
+    """oneDNN keeps every bf16 product shape it meets: under bf16 autocast the projected loss's
+    products have row counts that are multiples of ``BF16_PROJECTED_ROWS`` and at most the
+    chunk's, whatever the batch's token count, so a run meets a bounded set of shapes."""
+    from transformer_nmt.training import objective
+
+    vocab, d, multiple, chunk = 13, 6, 4, 12
+    monkeypatch.setattr(objective, "PROJECTED_LOSS_ELEMENTS", (chunk + 1) * vocab)
+    monkeypatch.setattr(objective, "BF16_PROJECTED_ROWS", multiple)
+    shapes: set[tuple[int, ...]] = set()
+    mm = torch.mm
+
+    def recording_mm(a, b, **kwargs):  # type: ignore[no-untyped-def]
+        shapes.add((*a.shape, *b.shape))
+        return mm(a, b, **kwargs)
+
+    monkeypatch.setattr(torch, "mm", recording_mm)
+    g = torch.Generator().manual_seed(2)
+    weight = torch.randn(vocab, d, generator=g, requires_grad=True)
+    for n in range(1, 40):
+        hidden = torch.randn(1, n, d, generator=g, requires_grad=True)
+        target = torch.randint(1, vocab, (1, n), generator=g)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = projected_label_smoothed_cross_entropy(hidden, weight, target, eps=0.1)
+        out.loss.backward()
+    rows = {count for shape in shapes for count in shape if count not in (vocab, d)}
+    assert rows == {4, 8, 12}  # 39 token counts, 3 row counts
+
+
+def test_model_loss_under_bf16_autocast_equals_the_logits_of_the_model(monkeypatch):
+    """``model_loss`` under bf16 autocast (a bf16-mixed CPU step): the projected fast path gives
+    the loss and parameter gradients of the model's bf16 logits path (fast path off), up to
+    bf16 rounding: the loss to float32 summation order, each gradient to a few bf16 ulps of
+    its norm."""
+    from transformer_nmt.fast_paths import ENV
+
+    results = {}
+    for fast_path in ("on", "off"):
+        monkeypatch.setenv(ENV, fast_path)
+        model, batch = _tiny_transformer(p_drop=0.0, tie_embeddings=True)
+        model.float()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert loss_path(torch.device("cpu"), fused=False, compiled=False) == (
+                "projected" if fast_path == "on" else "logits"
+            )
+            out = model_loss(model, batch, eps=0.1, pad_id=0)
+        grads = torch.autograd.grad(out.loss, list(model.parameters()), allow_unused=True)
+        results[fast_path] = out.loss.detach(), grads
+    (loss, grads), (ref_loss, ref_grads) = results["on"], results["off"]
+    torch.testing.assert_close(loss, ref_loss, rtol=2.0**-8, atol=0)
+    for ours, expected in zip(grads, ref_grads, strict=True):
+        if expected is None:
+            assert ours is None
+            continue
+        assert torch.linalg.vector_norm(ours - expected) <= 4 * 2.0**-8 * torch.linalg.vector_norm(
+            expected
+        )
 
 
 # --- R-Drop (train.rdrop_alpha) -----------------------------------------------------------------

@@ -14,9 +14,10 @@ measured gain and the command behind it are in config/README.md's departures tab
   instead of one float per element (``model.dropout.Dropout``).
 - ``explicit_attention``: eq. 1 as written, softmax in float32, instead of SDPA on a CPU in
   bf16/fp16 (``model.attention``).
-- ``projected_loss``: training without autocast (fp32) computes §3.4's pre-softmax projection
-  and §5.4's loss together, by chunks of rows, with the gradient in the same pass, instead of
-  [tokens x V] logits and their gradient (``training.objective.loss_path``).
+- ``projected_loss``: training in fp32 or bf16-mixed (bf16 products, as autocast's) computes
+  §3.4's pre-softmax projection and §5.4's loss together, by chunks of rows, with the gradient
+  in the same pass, instead of [tokens x V] logits and their gradient
+  (``training.objective.loss_path``).
 - ``row_topk``: beam search's per-row top-k by blocks of columns (``search.topk.row_topk``).
 - ``parallel_batches``: the torch engine decodes as many batches at once as torch has threads,
   each on one thread, instead of one batch at a time on all of them

@@ -92,9 +92,10 @@ class TranslationModule(L.LightningModule):
         self._check_grad_finite = self.trainer.precision != "16-mixed"
         setting = self.train_cfg.fused_loss
         fused = fused_loss_wanted(setting, self.device)
+        mixed = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}  # autocast's dtype
         path = loss_path(
             self.device, fused=fused, compiled=self.train_cfg.compile,
-            autocast="mixed" in str(self.trainer.precision),
+            autocast=mixed.get(str(self.trainer.precision), False),
             dtype=self.model.projection_weight.dtype, rdrop=self.train_cfg.rdrop_alpha > 0,
         )  # fmt: skip
         described = {

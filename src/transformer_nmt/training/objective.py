@@ -144,6 +144,12 @@ def _row_gradient(
 # demo's fp32 step on a 2-core EPYC with AVX2, 2 rounds, target tokens/s: 64 rows 4,152-4,409;
 # 256 rows 4,900-5,292; 1,024 rows 5,334-5,622; 4,096 rows (one chunk) 4,907-5,553.
 PROJECTED_LOSS_ELEMENTS = 8_000_000
+# Under bf16 autocast the projected loss pads its rows with zeros to a multiple of this, and its
+# chunks are multiples of it: oneDNN keeps each bf16 product shape it has seen, a few MB each,
+# and a step's real-token count is new nearly every step (the recipe's train stage, 120 bf16
+# updates: peak RSS 2,987 MB with exact shapes against 1,524 on the logits path; at most
+# 1,000 / 64 shapes a pass this way; benchmarks/RESULTS.md).
+BF16_PROJECTED_ROWS = 64
 
 
 class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
@@ -158,42 +164,78 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     logits and their gradient per step (on a CPU, memory the kernel first faults in page by page)
     and copies them chunk by chunk through the loss. ``hidden`` [n, d_model] (real tokens only),
     ``weight`` [V, d_model], ``target`` [n]; ``want_grad`` False (no autograd) skips the gradient.
+
+    ``gemm_dtype``: the products' dtype, bf16 where the step runs under bf16 autocast, which
+    gives the logits path bf16 logits and a bf16 logits gradient. Then each chunk's logits are
+    computed in bf16 and read into a float32 buffer, softmax(x) - q is rounded to bf16 for the
+    two gradient products, and d loss / d W adds each chunk's product in float32 (autocast: one
+    product, rounded to bf16 once). The softmax and the sums stay float32 as on that path.
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, target, eps, want_grad):  # type: ignore[no-untyped-def]
+    def forward(ctx, hidden, weight, target, eps, want_grad, gemm_dtype):  # type: ignore[no-untyped-def]
         n, vocab = hidden.shape[0], weight.shape[0]
-        chunk = max(1, min(PROJECTED_LOSS_ELEMENTS // vocab, n))
-        buffer = hidden.new_empty(chunk, vocab)
-        nll = hidden.new_zeros(())
-        smooth = hidden.new_zeros(())
-        grad_hidden = torch.empty_like(hidden) if want_grad else None
-        grad_weight = torch.zeros_like(weight) if want_grad else None
-        for start in range(0, n, chunk):
+        compute = torch.promote_types(weight.dtype, torch.float32)  # the softmax's dtype
+        multiple = 1 if gemm_dtype == compute else BF16_PROJECTED_ROWS
+        padded = -(-n // multiple) * multiple  # rows, the real n first
+        chunk = max(multiple, min(PROJECTED_LOSS_ELEMENTS // vocab, padded) // multiple * multiple)
+        w = weight.to(gemm_dtype)  # [V, d_model]
+        h_all, y_all = hidden.to(gemm_dtype), target  # [padded, d_model], [padded]
+        if padded > n:  # zero rows: left out of the sums; h = 0 adds nothing to d loss / d W
+            h_all = torch.cat([h_all, h_all.new_zeros(padded - n, h_all.shape[1])])
+            y_all = torch.cat([target, target.new_zeros(padded - n)])
+        buffer = hidden.new_empty(chunk, vocab, dtype=compute)
+        # bf16 products write into their own buffer, read into (and back from) the float32 one
+        gemm_buffer = (
+            buffer if gemm_dtype == compute else buffer.new_empty(buffer.shape, dtype=gemm_dtype)
+        )
+        nll = buffer.new_zeros(())
+        smooth = buffer.new_zeros(())
+        grad_hidden = torch.empty_like(h_all) if want_grad else None
+        grad_weight = torch.zeros_like(w, dtype=compute) if want_grad else None
+        for start in range(0, padded, chunk):
             rows = slice(start, start + chunk)
-            h, y = hidden[rows], target[rows, None]  # [r, d_model], [r, 1]
-            x = torch.mm(h, weight.t(), out=buffer[: h.shape[0]])  # logits [r, V]
+            h, y = h_all[rows], y_all[rows, None]  # [r, d_model], [r, 1]
+            r, real = h.shape[0], min(h.shape[0], n - start)  # real: rows that are tokens
+            x_gemm = torch.mm(h, w.t(), out=gemm_buffer[:r])  # logits [r, V]
+            x = x_gemm if gemm_dtype == compute else buffer[:r].copy_(x_gemm)
             x_y = x.gather(1, y)[:, 0]
             mean = x.mean(dim=-1)
             top = x.amax(dim=-1, keepdim=True)  # [r, 1]
             x.sub_(top).exp_()  # exp(x - max), in place
             total = x.sum(dim=-1)
             lse = top[:, 0] + total.log()  # [r]
-            nll += (lse - x_y).sum()  # -log p_y
-            smooth += (lse - mean).sum()  # mean_k(-log p_k)
+            nll += (lse - x_y)[:real].sum()  # -log p_y
+            smooth += (lse - mean)[:real].sum()  # mean_k(-log p_k)
             if want_grad:
                 x.div_(total[:, None]).sub_(eps / vocab)  # softmax(x) - eps / V
-                x.scatter_add_(1, y, x.new_full((h.shape[0], 1), eps - 1.0))  # - (1-eps) 1_y
-                torch.mm(x, weight, out=grad_hidden[rows])  # [r, d_model]
-                grad_weight.addmm_(x.t(), h)  # [V, d_model]
+                x.scatter_add_(1, y, x.new_full((r, 1), eps - 1.0))  # - (1-eps) 1_y
+                if gemm_dtype == compute:
+                    torch.mm(x, w, out=grad_hidden[rows])  # [r, d_model]
+                    grad_weight.addmm_(x.t(), h)  # [V, d_model]
+                else:
+                    g = x_gemm.copy_(x)  # softmax(x) - q, rounded as autocast rounds it
+                    torch.mm(g, w, out=grad_hidden[rows])  # [r, d_model]
+                    grad_weight += torch.mm(g.t(), h)  # [V, d_model], summed in float32
+        if want_grad:
+            grad_hidden = grad_hidden[:n]
         ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.dtypes = hidden.dtype, weight.dtype
         ctx.mark_non_differentiable(nll)
         return (1.0 - eps) * nll + eps * smooth, nll
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_nll):  # type: ignore[no-untyped-def]
         grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden * grad_loss, grad_weight * grad_loss, None, None, None
+        hidden_dtype, weight_dtype = ctx.dtypes
+        return (
+            (grad_hidden * grad_loss).to(hidden_dtype),
+            (grad_weight * grad_loss).to(weight_dtype),
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 def projected_label_smoothed_cross_entropy(
@@ -207,13 +249,26 @@ def projected_label_smoothed_cross_entropy(
     logits (the ``projected_loss`` CPU fast path, ``loss_path``): ``hidden``
     [B, T, d_model] is the decoder output, ``weight`` [V, d_model] the §3.4 projection's
     (``Transformer.projection_weight``). Padding positions are dropped before the projection.
-    The same loss and gradients up to floating-point rounding (summation order)."""
+    Under bf16 autocast the products run in bf16, as the logits path's projection would. The
+    same loss and gradients up to floating-point rounding (summation order; under autocast,
+    also the bf16 rounding of values that the two paths sum in a different order)."""
     target = target.reshape(-1)  # [B*T]
     keep = target != pad_id
     hidden = hidden.reshape(-1, hidden.shape[-1])[keep]  # [n, d_model], real tokens only
     want_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
-    loss, nll = _ProjectedSmoothedCrossEntropy.apply(hidden, weight, target[keep], eps, want_grad)
+    loss, nll = _ProjectedSmoothedCrossEntropy.apply(
+        hidden, weight, target[keep], eps, want_grad, _projection_dtype(weight)
+    )
     return LossOutput(loss=loss, nll=nll, ntokens=keep.sum())
+
+
+def _projection_dtype(weight: torch.Tensor) -> torch.dtype:
+    """The dtype of the projection's products where ``F.linear`` would run now: autocast's for
+    float32 weights while it is on (it leaves float64 alone), else the weights'."""
+    device = weight.device.type
+    if torch.is_autocast_enabled(device) and weight.dtype == torch.float32:
+        return torch.get_autocast_dtype(device)
+    return weight.dtype
 
 
 def loss_path(
@@ -221,16 +276,17 @@ def loss_path(
     *,
     fused: bool,
     compiled: bool,
-    autocast: bool | None = None,
+    autocast: bool | torch.dtype | None = None,
     dtype: torch.dtype = torch.float32,
     rdrop: bool = False,
 ) -> str:
     """How ``model_loss`` computes the loss: ``fused`` (``train.fused_loss``: compiled passes
     over the logits), ``projected`` (the ``projected_loss`` CPU fast path: on a CPU, with
-    float32 or float64 weights (``dtype``), neither compiled nor under autocast, whose bf16
-    logits this pass does not reproduce; bf16-true weights would make its softmax bf16) or
-    ``logits`` (eager passes over the [B, T, V] logits, the softmax in float32 at least).
-    ``autocast``: whether the step runs under it (default: whether it does now). ``rdrop``
+    float32 or float64 weights (``dtype``), not compiled, with no autocast or bf16 autocast
+    (whose bf16 products it computes too; fp16 autocast is not measured on a CPU); bf16-true
+    weights would make its softmax bf16) or ``logits`` (eager passes over the [B, T, V]
+    logits, the softmax in float32 at least). ``autocast``: the dtype of the autocast the step
+    runs under, or False for none (default: the autocast on now). ``rdrop``
     (``train.rdrop_alpha`` > 0): R-Drop's consistency term reads both passes' logits, so the
     projected path, which never forms them, is not taken."""
     if fused:
@@ -238,9 +294,13 @@ def loss_path(
     if rdrop:
         return "logits"
     if autocast is None:
-        autocast = torch.is_autocast_enabled(device.type)
+        enabled = torch.is_autocast_enabled(device.type)
+        autocast = torch.get_autocast_dtype(device.type) if enabled else False
+    if autocast is True:
+        raise ValueError("loss_path: pass autocast's dtype (torch.bfloat16), not True")
     full_precision = dtype in (torch.float32, torch.float64)
-    if device.type == "cpu" and full_precision and not compiled and not autocast:
+    supported = autocast is False or autocast == torch.bfloat16
+    if device.type == "cpu" and full_precision and supported and not compiled:
         return "projected" if fast_paths.enabled("projected_loss") else "logits"
     return "logits"
 
@@ -322,10 +382,11 @@ def symmetric_kl(logits: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 
 class _SymmetricKL(torch.autograd.Function):
-    """Summed KL(P_1 || P_2) + KL(P_2 || P_1) of the rows of two logits [n, V] that ``keep`` [n]
-    marks, with the gradient written out, ``_loss_rows`` rows at a time in float32 (at least).
-    Per row, with p = softmax(x) and delta = x_1 - x_2 (log p_1 - log p_2 is delta less a
-    constant, which sums to 0 against p_1 - p_2 and against a distribution's deviation):
+    """Summed KL(P_1 || P_2) + KL(P_2 || P_1) of the rows of ``logits`` [2, n, V] (two passes'
+    [n, V] logits) that ``keep`` [n] marks, with the gradient written out, ``_loss_rows`` rows at
+    a time in float32 (at least). Per row, with p = softmax(x) and delta = x_1 - x_2
+    (log p_1 - log p_2 is delta less a constant, which sums to 0 against p_1 - p_2 and against a
+    distribution's deviation):
 
         S = sum_k (p_1k - p_2k) delta_k,
         dS / dx_1 = p_1 (delta - <p_1, delta>) + p_1 - p_2,
@@ -333,8 +394,9 @@ class _SymmetricKL(torch.autograd.Function):
 
     Two exponentials per row pair each way, no logarithm; forward keeps each row's log-sum-exp.
     Autograd through log_softmax keeps six float32 [n, V] tensors and took 4.2x this function's
-    time (2 x 2,048 rows of bf16 logits, V = 8,000, forward and backward on a 2-core Xeon:
-    637 against 152 ms; ``benchmarks/bench_rdrop.py``, benchmarks/RESULTS.md)."""
+    time (2 x 2,048 rows of bf16 logits, V = 8,000, forward and backward on a 2-core Xeon with
+    AMX, amx_bf16 avx512_bf16: 637 against 152 ms; ``benchmarks/bench_rdrop.py``,
+    benchmarks/RESULTS.md)."""
 
     @staticmethod
     def forward(ctx, logits, keep):  # type: ignore[no-untyped-def]
