@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -67,7 +68,7 @@ SHAPES = {"tiny": (8000, 16), "base": (37000, 28), "big": (37000, 28)}
 PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
 
 
-def model_flops_per_step(model: Transformer, batch: int, src_len: int, tgt_len: int) -> float:
+def model_flops_per_step(model: Transformer, batch: int, src_len: float, tgt_len: float) -> float:
     """Training FLOPs of one step (see the module docstring)."""
     cfg = model.cfg
     enc = sum(p.numel() for p in model.encoder_layers.parameters())
@@ -100,22 +101,36 @@ def make_step(
     compile_model: bool = False,
     fused_loss: bool = False,
     sdpa_backend: str = "auto",
+    low_precision_residual: bool = False,
+    length: int | None = None,
+    padded: bool = False,
 ) -> tuple[Callable[[], None], dict]:
     """One training step on a synthetic token-bounded batch, and the batch's shape.
 
     ``sdpa_backend``: auto = the kernel PyTorch's dispatcher picks for each attention call;
     otherwise SDPA is restricted to that one (``torch.nn.attention.sdpa_kernel``), for an A/B of
-    the kernels on short sentences, where a tiled flash kernel computes mostly padding."""
-    vocab, length = SHAPES[preset]
+    the kernels on short sentences, where a tiled flash kernel computes mostly padding.
+    ``low_precision_residual``: train.low_precision_residual (the residual stream in bf16).
+    ``length``: sentence length L per side (default: the preset's); ``padded``: each sentence's
+    real length drawn uniformly from [L/2, L], the rest padding, as in a real batch (the
+    padding masks route attention to the kernels that take a mask)."""
+    vocab, default_length = SHAPES[preset]
+    length = length or default_length
     cfg = get_preset(preset)
     torch.manual_seed(0)
     model = Transformer(cfg, vocab_size=vocab, pad_id=0).to(device).train()
+    model.set_low_precision_residual(low_precision_residual)
     optimizer = build_optimizer(model.parameters(), fused=device in FUSED_ADAM_DEVICES or None)
     scheduler = build_scheduler(optimizer, d_model=cfg.d_model, warmup=4000)
     batch = max(1, max_tokens // length)
     src = torch.randint(4, vocab, (batch, length), device=device)
     tgt_in = torch.randint(4, vocab, (batch, length), device=device)
     tgt_out = torch.randint(4, vocab, (batch, length), device=device)
+    if padded:
+        for tokens in (src, tgt_out):  # pad id 0 after each sentence's drawn length
+            real = torch.randint(length // 2, length + 1, (batch, 1), device=device)
+            tokens.masked_fill_(torch.arange(length, device=device) >= real, 0)
+        tgt_in.masked_fill_(tgt_out == 0, 0)
     forward = torch.compile(model) if compile_model else model
 
     batch_tensors = {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out}
@@ -134,7 +149,10 @@ def make_step(
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
 
-    shape = {"model": model, "vocab": vocab, "length": length, "batch": batch}
+    shape = {
+        "model": model, "vocab": vocab, "length": length, "batch": batch,
+        "src_tokens": int((src != 0).sum()), "tgt_tokens": int((tgt_out != 0).sum()),
+    }  # fmt: skip
     return step, shape
 
 
@@ -168,6 +186,9 @@ def bench(
     compile_model: bool = False,
     fused_loss: bool = False,
     sdpa_backend: str = "auto",
+    low_precision_residual: bool = False,
+    length: int | None = None,
+    padded: bool = False,
 ) -> dict:
     step, shape = make_step(
         preset,
@@ -177,8 +198,12 @@ def bench(
         compile_model=compile_model,
         fused_loss=fused_loss,
         sdpa_backend=sdpa_backend,
+        low_precision_residual=low_precision_residual,
+        length=length,
+        padded=padded,
     )
     model, vocab, length, batch = shape["model"], shape["vocab"], shape["length"], shape["batch"]
+    src_tokens, tgt_tokens = shape["src_tokens"], shape["tgt_tokens"]
     for _ in range(warmup_steps):
         step()
     if device == "cuda":
@@ -198,15 +223,17 @@ def bench(
         "compiled": compile_model,
         "fused_loss": fused_loss,
         "sdpa_backend": sdpa_backend,
+        "residual": "low" if low_precision_residual else "float32",
         "vocab_size": vocab,
         "sentence_length": length,
         "batch_sentences": batch,
-        "tgt_tokens_per_step": batch * length,
+        "padded": padded,
+        "tgt_tokens_per_step": tgt_tokens,
         "seconds_per_step": seconds,
-        "tgt_tokens_per_s": batch * length / seconds,
+        "tgt_tokens_per_s": tgt_tokens / seconds,
         "cpu_seconds_per_step": cpu_seconds,
-        "tgt_tokens_per_cpu_s": batch * length / cpu_seconds,
-        "src_tokens_per_s": batch * length / seconds,
+        "tgt_tokens_per_cpu_s": tgt_tokens / cpu_seconds,
+        "src_tokens_per_s": src_tokens / seconds,
         "threads": torch.get_num_threads(),
         "steps": steps,
     }
@@ -216,7 +243,8 @@ def bench(
             preset, batch, length, "bf16-mixed" if bf16 else "32-true"
         )
         row["attention"] = attention_kernels(step)
-    flops = model_flops_per_step(model, batch, length, length)
+    # real (unpadded) tokens: the padding's arithmetic is not the model's work
+    flops = model_flops_per_step(model, batch, src_tokens / batch, tgt_tokens / batch)
     row["model_tflops_per_s"] = flops / seconds / 1e12
     if peak_tflops:
         row["peak_tflops"] = peak_tflops
@@ -375,6 +403,27 @@ def main() -> None:
         "choice); a kernel that cannot run the step is printed with its error and skipped",
     )
     parser.add_argument(
+        "--gpu-length",
+        type=int,
+        default=None,
+        help="GPU rows: sentence length L per side (default: the preset's, 28); the batch is "
+        "max_tokens // L sentences",
+    )
+    parser.add_argument(
+        "--padded",
+        action="store_true",
+        help="GPU rows: each sentence's real length uniform in [L/2, L], padded to L",
+    )
+    parser.add_argument(
+        "--residual",
+        nargs="+",
+        choices=("float32", "low"),
+        default=["float32"],
+        help="rows for each: the residual stream in float32 (autocast's rule) or low = bf16 "
+        "(train.low_precision_residual); repeat them to interleave an A/B, e.g. float32 low "
+        "float32 low",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=0,
@@ -394,7 +443,7 @@ def main() -> None:
         for bf16 in (False, True) if args.cpu_bf16 else (False,):
             dtype = torch.bfloat16 if bf16 else torch.float32
             cpu_peaks[str(dtype)] = measure_gemm_tflops(dtype)
-            for preset in args.presets:
+            for preset, residual in itertools.product(args.presets, args.residual):
                 rows.append(
                     bench(
                         preset,
@@ -406,6 +455,7 @@ def main() -> None:
                         peak_tflops=cpu_peaks[str(dtype)],
                         compile_model=args.compile,
                         fused_loss=fused_loss(args, "cpu"),
+                        low_precision_residual=residual == "low",
                     )
                 )
     if torch.cuda.is_available():
@@ -416,7 +466,7 @@ def main() -> None:
             else:
                 max_tokens, sized_by = int(args.gpu_max_tokens), "--gpu-max-tokens"
             print(f"{preset}: {max_tokens} target tokens per step ({sized_by})", flush=True)
-            for backend in args.sdpa_backend:
+            for backend, residual in itertools.product(args.sdpa_backend, args.residual):
                 try:
                     row = bench(
                         preset,
@@ -429,6 +479,9 @@ def main() -> None:
                         compile_model=args.compile,
                         fused_loss=fused_loss(args, "cuda"),
                         sdpa_backend=backend,
+                        low_precision_residual=residual == "low",
+                        length=args.gpu_length,
+                        padded=args.padded,
                     )
                 except RuntimeError as error:  # e.g. no kernel of that kind for these inputs
                     print(f"{preset}, SDPA {backend}: {str(error).splitlines()[0]}", flush=True)
@@ -436,7 +489,8 @@ def main() -> None:
                     continue
                 rows.append(row | {"max_tokens_from": sized_by})
 
-    header = f"{'preset':<6} {'device':<6} {'precision':<10} {'sdpa':<9} {'batch':>6} "
+    header = f"{'preset':<6} {'device':<6} {'precision':<10} {'sdpa':<9} {'residual':<8} "
+    header += f"{'batch':>6} "
     header += f"{'s/step':>8} {'tgt tok/s':>11} {'TFLOP/s':>8} {'peak GiB':>9} {'MFU':>6}"
     print(header)
     for r in rows:
@@ -446,7 +500,7 @@ def main() -> None:
         mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "-"
         print(
             f"{r['preset']:<6} {r['device']:<6} {r['precision']:<10} {r['sdpa_backend']:<9} "
-            f"{r['tgt_tokens_per_step']:>6} {r['seconds_per_step']:>8.3f} "
+            f"{r['residual']:<8} {r['tgt_tokens_per_step']:>6} {r['seconds_per_step']:>8.3f} "
             f"{r['tgt_tokens_per_s']:>11.0f} {r['model_tflops_per_s']:>8.3f} {mem:>9} {mfu:>6}"
         )
         if "attention" in r:

@@ -582,3 +582,49 @@ def test_the_training_forward_compiles_to_one_graph(norm, monkeypatch):
     explained = torch._dynamo.explain(model)(src, tgt_in)
     assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
     assert explained.graph_count == 1
+
+
+# --- train.low_precision_residual: the residual stream in autocast's dtype --------------------
+
+
+def residual_output_dtypes(model: Transformer, src, tgt) -> tuple[torch.Tensor, set]:
+    """The logits, and the dtypes every residual connection returned."""
+    from transformer_nmt.model.layers import Residual
+
+    dtypes: set = set()
+    hooks = [
+        module.register_forward_hook(lambda _m, _args, out: dtypes.add(out.dtype))
+        for module in model.modules()
+        if isinstance(module, Residual)
+    ]
+    try:
+        logits = model(src, tgt)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return logits.float(), dtypes
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_low_precision_residual_keeps_the_stream_in_autocasts_dtype(device: str) -> None:
+    model = make_model(dtype=torch.float32).to(device)
+    src, tgt = (t.to(device) for t in random_batch())
+    exact, exact_dtypes = residual_output_dtypes(model, src, tgt)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        mixed, mixed_dtypes = residual_output_dtypes(model, src, tgt)
+        model.set_low_precision_residual(True)
+        low, low_dtypes = residual_output_dtypes(model, src, tgt)
+    # autocast's rule keeps LayerNorm, and so the post-LN stream, in float32; the flag makes it
+    # bf16 (LayerNorm itself still computes in float32)
+    assert exact_dtypes == mixed_dtypes == {torch.float32}
+    assert low_dtypes == {torch.bfloat16}
+    # rounding the stream to bf16 is an error of the size of autocast's own bf16 products
+    autocast_error = (mixed - exact).abs().max()
+    assert 0 < (low - mixed).abs().max() <= 4 * autocast_error
+    # outside autocast the flag changes nothing
+    assert torch.equal(residual_output_dtypes(model, src, tgt)[0], exact)
+    # the gradients reach every parameter in its own float32
+    with torch.autocast(device, dtype=torch.bfloat16):
+        model(src, tgt).float().logsumexp(-1).sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in model.parameters())
+    assert all(bool(torch.isfinite(p.grad).all()) for p in model.parameters())

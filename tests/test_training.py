@@ -189,6 +189,7 @@ def test_train_config_unknown_key_is_named() -> None:
         ("loss_chunk_tokens", 0),
         ("compile", "yes"),
         ("fused_loss", "yes"),
+        ("low_precision_residual", "yes"),
         ("lr_scale", True),
         ("rdrop_alpha", -1.0),
         ("rdrop_alpha", True),

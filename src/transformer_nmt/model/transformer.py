@@ -31,7 +31,7 @@ from transformer_nmt.errors import ConfigError
 from transformer_nmt.model.attention import CAUSAL
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.dropout import Dropout, WordDropout
-from transformer_nmt.model.layers import DecoderLayer, EncoderLayer, LayerCache
+from transformer_nmt.model.layers import DecoderLayer, EncoderLayer, LayerCache, Residual
 from transformer_nmt.model.positional import LearnedPositions, SinusoidalPositions
 
 
@@ -181,6 +181,14 @@ class Transformer(nn.Module):
             nn.init.normal_(self.tgt_embed.weight, mean=0.0, std=d_model**-0.5)
         if self.out_proj is not None:
             nn.init.normal_(self.out_proj.weight, mean=0.0, std=d_model**-0.5)
+
+    def set_low_precision_residual(self, on: bool) -> None:
+        """Flag (train.low_precision_residual): every residual connection's LayerNorm returns
+        autocast's 16-bit dtype instead of float32 (see ``layers.Residual``); no effect outside
+        autocast."""
+        for module in self.modules():
+            if isinstance(module, Residual):
+                module.low_precision_output = on
 
     # --- embeddings and output projection (§3.4, §3.5) ------------------------------------------
 

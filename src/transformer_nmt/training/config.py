@@ -64,6 +64,11 @@ class TrainConfig:
     # bf16: big +26%, base +54% target tokens/s; benchmarks/RESULTS.md), off on a CPU, whose
     # eager loss in cache-sized chunks is the measured fast path; true / false force it.
     fused_loss: bool | str = "auto"
+    # Flag (paper: no say; autocast's rule keeps it float32): in bf16-/16-mixed training, the
+    # residual connections' LayerNorm outputs in the 16-bit dtype, so that the post-LN residual
+    # stream (§3.1's x + Sublayer(x)) and its dropout move half the bytes. LayerNorm computes in
+    # float32 either way; the stream's sums round to 16 bits (as Megatron-LM's default does).
+    low_precision_residual: bool = False
     # Flag (paper: 0 = off): R-Drop (Liang et al. 2021), a regulariser for small data: every
     # batch passes through the model twice (two dropout masks, twice a step's compute) and the
     # loss adds alpha times the symmetric KL divergence of the two output distributions
@@ -266,6 +271,11 @@ def _validate(cfg: TrainConfig) -> None:
         )
     if not isinstance(cfg.compile, bool):
         raise ConfigError(f"train config key 'compile' must be true or false, got {cfg.compile!r}")
+    if not isinstance(cfg.low_precision_residual, bool):
+        raise ConfigError(
+            "train config key 'low_precision_residual' must be true or false, got "
+            f"{cfg.low_precision_residual!r}"
+        )
     if cfg.fused_loss not in (True, False, "auto"):
         raise ConfigError(
             f"train config key 'fused_loss' must be auto, true or false, got {cfg.fused_loss!r}"

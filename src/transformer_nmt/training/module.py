@@ -65,6 +65,7 @@ class TranslationModule(L.LightningModule):
         self.pad_id = int(vocab["pad_id"])
         self.bos_id, self.eos_id = int(vocab["bos_id"]), int(vocab["eos_id"])
         self.model = Transformer(self.cfg, vocab_size=int(vocab["size"]), pad_id=self.pad_id)
+        self.model.set_low_precision_residual(self.train_cfg.low_precision_residual)
         # §5.4 label smoothing eps_ls is part of the model config (Table 3 row D varies it).
         self.eps_ls = self.cfg.eps_ls
         self._check_grad_finite = True
