@@ -19,7 +19,8 @@
 #   bash benchmarks/gpu_proof.sh           # on the GPU machine (OUT: where results go)
 #   bash benchmarks/gpu_proof.sh --shrink  # on a CPU: every step tiny, to check the script
 #   STEPS="3 4" bash benchmarks/gpu_proof.sh   # only those steps (default: 1 2 3 4 5)
-#   step 3's length: MAX_STEPS (default 1500) and EVERY (checkpoints and validation, 500)
+#   step 3's length: MAX_STEPS (default 1500) and EVERY (checkpoints and validation, 500);
+#   TRAIN_OVERRIDES="key=value ..." sets more of the recipe's train keys
 # All steps take ~9-10 minutes on an H200 (2026-11-26: 1 ~80 s, 2 > 210 s, 3 ~250 s, 4 ~25 s),
 # over one call's 10-minute limit with the start: run STEPS="1 2" and STEPS="3 4 5" as two
 # calls on the same warm machine. On an H100 (2026-11-27) STEPS="1 2 5" took 435 s (1: 112 s
@@ -145,6 +146,9 @@ experiments:
       val_every_steps: $EVERY
       val_beam_bleu_every_steps: $EVERY
 EOF
+for setting in ${TRAIN_OVERRIDES:-}; do  # e.g. TRAIN_OVERRIDES="low_precision_residual=true"
+    echo "      ${setting%%=*}: ${setting#*=}" >> /tmp/gpu_proof_overlay.yaml
+done
 rm -rf "$DAG" && mkdir -p "$DAG"
 PROFILE=profiles/gpu
 if [ "$SHRINK" = 1 ]; then
