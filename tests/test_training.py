@@ -428,6 +428,28 @@ def test_cli_config_file_replaces_model_and_train(
     assert str(settings) in err and "'modle'" in err
 
 
+@pytest.mark.parametrize(
+    ("precision", "stream"),
+    [("bf16-mixed", "bfloat16, LayerNorm's output in autocast's dtype"),
+     ("32-true", "float32: the flag acts in 16-bit mixed precision only")],
+)  # fmt: skip
+def test_low_precision_residual_trains_and_the_log_says_where_it_acts(
+    corpus: dict[str, Path],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    precision: str,
+    stream: str,
+) -> None:
+    caplog.set_level(logging.INFO)
+    argv = train_argv(
+        corpus, tmp_path / "run", max_steps=4, precision=precision, low_precision_residual=True
+    )
+    assert main(argv) == 0
+    assert f"residual stream (§3.1): {stream} (train.low_precision_residual)" in caplog.text
+    summary = json.loads((tmp_path / "run" / "train_summary.json").read_text())
+    assert summary["final_step"] == 4 and math.isfinite(summary["metrics"]["train/loss"])
+
+
 # --- training, resume ---------------------------------------------------------------------------
 
 

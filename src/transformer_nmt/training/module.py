@@ -114,6 +114,13 @@ class TranslationModule(L.LightningModule):
             f" on {self.device.type}" if setting == "auto" else "",
             f", with R-Drop: two passes per batch, alpha {alpha}" if alpha else "",
         )  # fmt: skip
+        if self.train_cfg.low_precision_residual:
+            dtype = mixed.get(str(self.trainer.precision))
+            log.info(
+                "residual stream (§3.1): %s (train.low_precision_residual)",
+                f"{str(dtype).removeprefix('torch.')}, LayerNorm's output in autocast's dtype"
+                if dtype else "float32: the flag acts in 16-bit mixed precision only",
+            )  # fmt: skip
 
     def on_train_start(self) -> None:
         # After a resume (the scheduler's state is restored by now) the cooldown ends at this
