@@ -275,3 +275,20 @@ def test_cli_refuses_a_negative_number_of_resamples(
     assert main([*args, "--bootstrap-resamples", "-5"]) == 2
     assert "--bootstrap-resamples: -5 is negative" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_an_almost_empty_translation_is_scored_with_its_intervals() -> None:
+    # a barely trained model: all but one hypothesis empty. sacreBLEU 2.x's chrF then scores
+    # resamples without a match as Python floats beside numpy float32s and its interval estimate
+    # raises TypeError; the score stage must still write its scores
+    refs = [f"ein hund läuft im park nummer {i} ." for i in range(150)]
+    hyps = [""] * 149 + ["er."]
+    scores = score_lines(hyps, refs, "de", resamples=200)
+    for key in ("bleu", "chrf", "bleu_paper", "bleu_lc_tok"):
+        entry = getattr(scores, key)
+        ci = entry["ci95"]
+        assert ci["resamples"] == 200 and all(math.isfinite(ci[k]) for k in ("low", "high", "mean"))
+        assert ci["low"] <= ci["mean"] <= ci["high"]  # sacreBLEU's: the draws' mean ± half
+    assert scores.chrf["score"] < 1.0
+    # the same draws each time (sacreBLEU's seed)
+    assert score_lines(hyps, refs, "de", resamples=200).chrf == scores.chrf

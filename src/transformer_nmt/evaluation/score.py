@@ -137,12 +137,35 @@ def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
     return [tokenizer.tokenize(line, return_str=True, escape=True) for line in lines]
 
 
+def _corpus_score(metric: BLEU | CHRF, hyps: list[str], refs: list[str], resamples: int) -> Any:
+    """``metric.corpus_score`` with ``resamples`` bootstrap draws. sacreBLEU 2.x scores a chrF
+    resample in which no character n-gram matches as a Python 0.0 beside numpy float32s, and
+    its interval estimate (``statistics.mean``) then raises TypeError: an almost empty
+    translation (a model that has barely trained) fails there. Then the same draws (sacreBLEU's
+    own resampling, its seed) are estimated with every score a float."""
+    try:
+        return metric.corpus_score(hyps, [refs], n_bootstrap=resamples)
+    except TypeError:
+        if resamples <= 1:
+            raise
+    from sacrebleu.significance import _bootstrap_resample
+
+    stats = metric._extract_corpus_statistics(hyps, [refs])
+    result = metric._aggregate_and_compute(stats)
+    metric.n_bootstrap = resamples
+    metric.seed, draws = _bootstrap_resample(stats, metric, resamples)
+    for draw in draws:
+        draw.score = float(draw.score)
+    result.estimate_ci(draws)
+    return result
+
+
 def _score_dict(
     metric: BLEU | CHRF, hyps: Sequence[str], refs: Sequence[str], resamples: int
 ) -> tuple[Any, dict[str, Any]]:
     """sacreBLEU's score of ``hyps`` and, with ``resamples`` > 1, its bootstrap interval
     ``ci95``: ``{"low", "high", "mean", "resamples"}``."""
-    result = metric.corpus_score(list(hyps), [list(refs)], n_bootstrap=resamples)
+    result = _corpus_score(metric, list(hyps), list(refs), resamples)
     entry: dict[str, Any] = {"score": float(result.score)}
     if resamples > 1:
         # sacreBLEU's own estimate (Score.estimate_ci, what `sacrebleu --confidence` prints as
