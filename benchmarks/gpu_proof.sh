@@ -15,6 +15,7 @@
 #   7. the residual stream in bf16 (train.low_precision_residual) against float32, A B A B,
 #      eager base and big and compiled big; SDPA's choice against the memory-efficient kernel on
 #      long padded sentences
+#   8. the CPU recipe's levers on dev, variants x seeds trained side by side (lever_screen.py)
 #
 #   bash benchmarks/gpu_proof.sh           # on the GPU machine (OUT: where results go)
 #   bash benchmarks/gpu_proof.sh --shrink  # on a CPU: every step tiny, to check the script
@@ -231,6 +232,41 @@ else
         $TOKENS --gpu-presets big --gpu-steps 20 --gpu-length 96 --padded \
         --sdpa-backend auto efficient auto efficient --out "$OUT/training_sdpa_padded.json"
 fi
+fi
+# --- 8. the CPU recipe's levers screened on this GPU (issue 36): variants x seeds side by side --
+# Each run is a small host-bound process (the recipe's d_model 128 on 4,096-token batches), so
+# the GPU trains several at once: one snakemake DAG, its train jobs at 1 thread each, up to the
+# dev set's choices (benchmarks/lever_screen.py: no test set is decoded). SCREEN_VARIANTS:
+# "NAME:key=value+key=value ..." (default: the paper's post-LN against the recipe's pre-LN).
+if wants 8; then
+SCREEN=/tmp/gpu_screen
+rm -rf "$SCREEN" && mkdir -p "$SCREEN"
+VARIANT_ARGS=()
+for spec in ${SCREEN_VARIANTS:-postln:model_overrides.norm_first=false}; do
+    settings=${spec#*:}
+    VARIANT_ARGS+=(--variant "${spec%%:*}" ${settings//+/ })
+done
+if [ "$SHRINK" = 1 ]; then
+    SETTINGS="train.accelerator=cpu train.precision=32-true train.max_steps=20 train.warmup=5
+        train.lr_cooldown_steps=5 train.checkpoint_every_steps=10 train.val_every_steps=10
+        train.val_beam_bleu_every_steps=20 resources.threads=1"
+else
+    # the last validation decodes the dev set with the beam anyway (module.py); one more halfway
+    SETTINGS="train.accelerator=gpu resources.threads=1 train.val_beam_bleu_every_steps=5000"
+fi
+python benchmarks/lever_screen.py config --recipe config/experiments/multi30k_en_de_cpu.yaml \
+    --seeds ${SCREEN_SEEDS:-1 2 3} ${VARIANT_ARGS[@]} --set $SETTINGS \
+    --data-mirror "$CARRY/mirror" --out "$SCREEN/screen.yaml"
+# the SQLite store made once, before several jobs open it at the same moment
+(cd "$SCREEN" && python -c "import mlflow; mlflow.set_tracking_uri('sqlite:///$SCREEN/mlflow.db'); mlflow.search_experiments()" > /dev/null 2>&1)
+step lever_screen "${SCREEN_LIMIT:-540}" snakemake $(cat "$SCREEN/screen.yaml.targets") \
+    -d "$SCREEN" -s "$REPO/Snakefile" --profile "$REPO/profiles/default" --cores all \
+    --keep-going --configfile "$SCREEN/screen.yaml" > "$SCREEN/dag.log" 2>&1
+tail -n 15 "$SCREEN/dag.log"
+(cd "$SCREEN" && python "$REPO/benchmarks/lever_screen.py" summary --config screen.yaml \
+    --out "$OUT/lever_screen.json")
+(cd "$SCREEN" && tar czf "$OUT/screen.tgz" --exclude='*.ckpt' --exclude='*.pt' --exclude='*.bin' \
+    --exclude='*.idx' screen.yaml dag.log results/runs logs .snakemake/log 2>/dev/null)
 fi
 say "done"
 cat /tmp/gpu_proof_steps.txt 2> /dev/null
