@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -276,3 +278,67 @@ def test_ours_from_an_earlier_run_needs_its_settings_for_our_side(tmp_path):
     earlier.write_text("{}", "utf-8")
     with pytest.raises(SystemExit, match="not an output of bench_peer_training.py"):
         peers.reused_ours_runs(earlier, args)
+
+
+def _screen_run(runs: Path, name: str, k1: float, chosen: float, ppl: float) -> None:
+    run = runs / name
+    run.mkdir(parents=True)
+    (run / "average_selection.json").write_text(json.dumps({"best_k": 1, "dev_bleu": {"1": k1}}))
+    (run / "alpha_selection.json").write_text(
+        json.dumps({"best_alpha": 1.2, "dev_bleu": {"0.6": k1, "1.2": chosen}})
+    )
+    (run / "metrics.csv").write_text(f"step,val_ppl\n500,{ppl + 9}\n1000,\n1500,{ppl}\n")
+
+
+def test_lever_screen_builds_each_variant_from_the_recipe_with_seeds(tmp_path):
+    screen = _load("lever_screen")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "data_mirror: null\ndata: {multi30k: {en-de: {vocab_size: 8000}}}\n"
+        "experiments:\n  cpu:\n    seeds: [9]\n    model_overrides: {norm_first: true}\n"
+        "    train: {accelerator: cpu, by_precision: {bf16-mixed: {max_steps: 9500}}}\n"
+    )
+    out = tmp_path / "screen.yaml"
+    screen.main([
+        "config", "--recipe", str(recipe), "--seeds", "1", "2",
+        "--variant", "postln", "model_overrides.norm_first=false",
+        "--variant", "longer", "train.by_precision.bf16-mixed.max_steps=11400",
+        "--set", "train.accelerator=gpu", "--data-mirror", "/m", "--out", str(out),
+    ])  # fmt: skip
+    config = yaml.safe_load(out.read_text())
+    assert config["data_mirror"] == "/m"
+    assert config["data"] == {"multi30k": {"en-de": {"vocab_size": 8000}}}
+    exps = config["experiments"]
+    assert list(exps) == ["cpu", "cpu_postln", "cpu_longer"]
+    assert [e["seeds"] for e in exps.values()] == [[1, 2]] * 3
+    assert [e["model_overrides"]["norm_first"] for e in exps.values()] == [True, False, True]
+    assert [e["train"]["by_precision"]["bf16-mixed"]["max_steps"] for e in exps.values()] == [
+        9500, 9500, 11400,
+    ]  # fmt: skip
+    assert {e["train"]["accelerator"] for e in exps.values()} == {"gpu"}
+    targets = (tmp_path / "screen.yaml.targets").read_text().split()
+    assert targets[0] == "results/runs/cpu.seed1/alpha_selection.json" and len(targets) == 6
+    with pytest.raises(SystemExit, match="not key=value"):
+        screen.main(["config", "--recipe", str(recipe), "--set", "train", "--out", str(out)])
+
+
+def test_lever_screen_adopts_only_above_the_larger_sd_on_both_dev_measures(tmp_path):
+    screen = _load("lever_screen")
+    runs = tmp_path / "runs"
+    config = {"experiments": {name: {"seeds": [1, 2, 3]} for name in ("base", "up", "half")}}
+    for seed, (k1, chosen) in enumerate([(40.0, 40.5), (40.2, 40.7), (40.4, 40.9)], start=1):
+        _screen_run(runs, f"base.seed{seed}", k1, chosen, 5.0)
+        _screen_run(runs, f"up.seed{seed}", k1 + 0.5, chosen + 0.5, 4.8)  # gain 0.5 > sd 0.2
+        _screen_run(runs, f"half.seed{seed}", k1 + 0.5, chosen + 0.1, 4.8)  # chosen: 0.1 < 0.2
+    result = screen.summarize(config, runs)
+    base = result["variants"]["base"]["stats"]
+    assert base["dev_bleu_k1"]["mean"] == pytest.approx(40.2)
+    assert base["dev_bleu_k1"]["sd"] == pytest.approx(0.2)
+    assert base["dev_ppl"]["mean"] == pytest.approx(5.0)  # the last validation's
+    up, half = result["variants"]["up"], result["variants"]["half"]
+    assert up["rule"]["dev_bleu_k1"]["gain"] == pytest.approx(0.5) and up["adopt"]
+    assert half["rule"]["dev_bleu_k1"]["above"] and not half["rule"]["dev_bleu_chosen"]["above"]
+    assert not half["adopt"]
+    # a run that did not finish leaves its variant undecided, never adopted
+    (runs / "up.seed3" / "alpha_selection.json").unlink()
+    assert not screen.summarize(config, runs)["variants"]["up"]["adopt"]
