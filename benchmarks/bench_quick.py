@@ -83,6 +83,13 @@ LONG = [
      "[--resume] --ours results/runs/multi30k_en_de_cpu"),
     ("the demo from a local dataset against the registry's (issue 35)", "~18 min",
      "python benchmarks/bench_local_dataset.py --mirror MIRROR"),
+    ("a lever of the CPU recipe against it on dev, 3 seeds each (issue 36; the variant's keys are"
+     " an example; one H200 trains the 6 runs side by side in ~9 min: gpu_proof.sh step 8)",
+     "~6 h of training",
+     "python benchmarks/lever_screen.py config --recipe config/experiments/multi30k_en_de_cpu.yaml "
+     "--variant postln model_overrides.norm_first=false --data-mirror MIRROR --out screen.yaml; "
+     "snakemake --cores all --keep-going --configfile screen.yaml $(cat screen.yaml.targets); "
+     "python benchmarks/lever_screen.py summary --config screen.yaml"),
     ("Table 3 at CPU scale (issue 37)", "~3 h of training",
      "snakemake --cores all --configfile config/experiments/table3_cpu.yaml "
      "--config data_mirror=MIRROR"),
