@@ -238,8 +238,14 @@ fi
 # the GPU trains several at once: one snakemake DAG, its train jobs at 1 thread each, up to the
 # dev set's choices (benchmarks/lever_screen.py: no test set is decoded). SCREEN_VARIANTS:
 # "NAME:key=value+key=value ..." (default: the paper's post-LN against the recipe's pre-LN).
+# Six runs of 9,500 steps take ~11 minutes on an H200 (2026-11-29), more than one call: the
+# first call stops them at its limit (each saves a checkpoint); a second call on the still-warm
+# machine (it goes back after 30 s idle) with SCREEN_RESUME=1 resumes them and ends the DAG.
 if wants 8; then
 SCREEN=/tmp/gpu_screen
+if [ "${SCREEN_RESUME:-0}" = 1 ] && [ -f "$SCREEN/screen.yaml" ]; then
+    say "lever screen: resuming the runs in $SCREEN"
+else
 rm -rf "$SCREEN" && mkdir -p "$SCREEN"
 VARIANT_ARGS=()
 for spec in ${SCREEN_VARIANTS:-postln:model_overrides.norm_first=false}; do
@@ -259,9 +265,10 @@ python benchmarks/lever_screen.py config --recipe config/experiments/multi30k_en
     --data-mirror "$CARRY/mirror" --out "$SCREEN/screen.yaml"
 # the SQLite store made once, before several jobs open it at the same moment
 (cd "$SCREEN" && python -c "import mlflow; mlflow.set_tracking_uri('sqlite:///$SCREEN/mlflow.db'); mlflow.search_experiments()" > /dev/null 2>&1)
+fi
 step lever_screen "${SCREEN_LIMIT:-540}" snakemake $(cat "$SCREEN/screen.yaml.targets") \
     -d "$SCREEN" -s "$REPO/Snakefile" --profile "$REPO/profiles/default" --cores all \
-    --keep-going --configfile "$SCREEN/screen.yaml" > "$SCREEN/dag.log" 2>&1
+    --keep-going --configfile "$SCREEN/screen.yaml" >> "$SCREEN/dag.log" 2>&1
 tail -n 15 "$SCREEN/dag.log"
 (cd "$SCREEN" && python "$REPO/benchmarks/lever_screen.py" summary --config screen.yaml \
     --out "$OUT/lever_screen.json")
