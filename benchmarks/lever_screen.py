@@ -38,6 +38,9 @@ from typing import Any
 
 import yaml
 
+from transformer_nmt.experiments.paths import ALPHA_SELECTION
+from transformer_nmt.runs import layout
+
 MEASURES = ("dev_bleu_k1", "dev_ppl", "dev_bleu_chosen")
 
 
@@ -85,26 +88,11 @@ def build_config(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     if args.data_mirror:
         config["data_mirror"] = args.data_mirror
     targets = [
-        f"results/runs/{variant}.seed{seed}/alpha_selection.json"
+        ALPHA_SELECTION.format(experiment=f"{variant}.seed{seed}")
         for variant in variants
         for seed in args.seeds
     ]
     return config, targets
-
-
-def _last_validation_ppl(run: Path) -> float | None:
-    """The dev perplexity of the run's last validation (metrics.csv's val_ppl column)."""
-    import csv
-
-    path = run / "metrics.csv"
-    if not path.exists():
-        return None
-    last = None
-    with path.open() as fh:
-        for row in csv.DictReader(fh):
-            if row.get("val_ppl"):
-                last = float(row["val_ppl"])
-    return last
 
 
 def run_numbers(run: Path) -> dict[str, Any]:
@@ -115,16 +103,16 @@ def run_numbers(run: Path) -> dict[str, Any]:
         return json.loads(path.read_text()) if path.exists() else {}
 
     average, alpha, summary = (
-        read("average_selection.json"),
-        read("alpha_selection.json"),
-        read("train_summary.json"),
+        read(layout.SELECTION_FILE),
+        read(layout.ALPHA_SELECTION_FILE),
+        read(layout.SUMMARY_FILE),
     )
     k1 = (average.get("dev_bleu") or {}).get("1")
     chosen = max((alpha.get("dev_bleu") or {}).values(), default=None)
-    metrics = summary.get("metrics") or {}
+    metrics = summary.get("metrics") or {}  # the train stage's last logged values
     return {
         "dev_bleu_k1": k1,
-        "dev_ppl": _last_validation_ppl(run),
+        "dev_ppl": metrics.get("val/ppl"),  # the last validation's
         "dev_bleu_chosen": chosen,
         "best_k": average.get("best_k"),
         "best_alpha": alpha.get("best_alpha"),

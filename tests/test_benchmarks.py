@@ -287,7 +287,7 @@ def _screen_run(runs: Path, name: str, k1: float, chosen: float, ppl: float) -> 
     (run / "alpha_selection.json").write_text(
         json.dumps({"best_alpha": 1.2, "dev_bleu": {"0.6": k1, "1.2": chosen}})
     )
-    (run / "metrics.csv").write_text(f"step,val_ppl\n500,{ppl + 9}\n1000,\n1500,{ppl}\n")
+    (run / "train_summary.json").write_text(json.dumps({"metrics": {"val/ppl": ppl}}))
 
 
 def test_lever_screen_builds_each_variant_from_the_recipe_with_seeds(tmp_path):
@@ -334,7 +334,7 @@ def test_lever_screen_adopts_only_above_the_larger_sd_on_both_dev_measures(tmp_p
     base = result["variants"]["base"]["stats"]
     assert base["dev_bleu_k1"]["mean"] == pytest.approx(40.2)
     assert base["dev_bleu_k1"]["sd"] == pytest.approx(0.2)
-    assert base["dev_ppl"]["mean"] == pytest.approx(5.0)  # the last validation's
+    assert base["dev_ppl"]["mean"] == pytest.approx(5.0)  # the last validation's, from the summary
     up, half = result["variants"]["up"], result["variants"]["half"]
     assert up["rule"]["dev_bleu_k1"]["gain"] == pytest.approx(0.5) and up["adopt"]
     assert half["rule"]["dev_bleu_k1"]["above"] and not half["rule"]["dev_bleu_chosen"]["above"]
