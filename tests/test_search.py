@@ -13,6 +13,7 @@ from transformer_nmt.search import (
     Hypothesis,
     SearchSettings,
     beam_search,
+    beam_search_per_alpha,
     greedy_search,
     length_penalty,
 )
@@ -236,6 +237,54 @@ def test_best_early_stop_decodes_less_and_never_finds_a_better_hypothesis():
         beam_search(model, src, early_stop="soon", **IDS)
     with pytest.raises(ConfigError, match="--early-stop"):
         SearchSettings(early_stop="soon")
+
+
+ALPHAS = (0.0, 0.6, 1.0, 1.6, 3.0)
+
+
+@pytest.mark.parametrize("early_stop", ["exact", "best"])
+@pytest.mark.parametrize("nbest", [1, 2])
+def test_one_search_for_several_alphas_equals_one_search_per_alpha(early_stop, nbest):
+    """beam_search_per_alpha: each α's n-best (tokens, scores, order) equals beam_search's with
+    that α, over models whose outputs end at varied lengths, and the one search decodes no more
+    rows than the α that searches longest alone."""
+    differ = longer = 0
+    for seed in range(5):
+        model = make_model(15, eos_bias=1.0 + 0.25 * seed, seed=seed)
+        src = sources(15, seed=seed)
+        rows = count_decoded_rows(model)
+        kwargs = {"beam_size": 4, "nbest": nbest, "max_len_b": 8, "early_stop": early_stop, **IDS}
+        together = beam_search_per_alpha(model, src, ALPHAS, **kwargs)
+        together_rows, rows[:] = sum(rows), []
+        assert list(together) == list(ALPHAS)
+        alone_rows = []
+        for alpha in ALPHAS:
+            alone = beam_search(model, src, alpha=alpha, **kwargs)
+            alone_rows.append(sum(rows))
+            rows[:] = []
+            for t, a in zip(together[alpha], alone, strict=True):
+                assert [h.tokens for h in t] == [h.tokens for h in a]
+                assert [h.score for h in t] == [h.score for h in a]
+                assert [h.log_prob for h in t] == [h.log_prob for h in a]
+        assert together_rows <= max(alone_rows)
+        longer += min(alone_rows) < max(alone_rows)
+        bests = {tuple(tuple(h[0].tokens) for h in together[a]) for a in ALPHAS}
+        differ += len(bests) > 1
+    assert differ > 0  # α changed some winner: the test can tell the α apart
+    if early_stop == "exact":
+        assert longer > 0  # some α searched longer alone than others: the bound depends on α
+
+
+def test_per_alpha_search_checks_its_alphas_and_keeps_each_once():
+    model = make_model(15, eos_bias=1.0)
+    src = sources(15)
+    with pytest.raises(ValueError, match="alpha"):
+        beam_search_per_alpha(model, src, [], **IDS)
+    with pytest.raises(ValueError, match="alpha"):
+        beam_search_per_alpha(model, src, [0.6, -0.1], **IDS)
+    out = beam_search_per_alpha(model, src, [1.0, 0.6, 1], max_len_b=4, **IDS)
+    assert list(out) == [1.0, 0.6]
+    assert beam_search_per_alpha(model, src[:0], [0.6, 1.0], **IDS) == {0.6: [], 1.0: []}
 
 
 @pytest.mark.parametrize("block", [16, 128])

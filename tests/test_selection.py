@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -208,6 +209,30 @@ def test_select_alpha_writes_the_dev_bleu_of_every_alpha(run: dict[str, Path]) -
         (float(a) for a, b in expected.items() if b == best), key=lambda a: abs(a - 0.6)
     )
     assert table["dev_src"] == str(run["dev"])
+
+
+@pytest.mark.parametrize("threads", ["one_torch_thread", "two_torch_threads"])
+def test_one_search_for_every_alpha_translates_as_one_search_per_alpha(
+    run: dict[str, Path], threads: str, request: pytest.FixtureRequest
+) -> None:
+    """Translator.translate_per_alpha (one beam search for all α) gives each α the lines of
+    ``translate`` with that α: several batches (on 2 threads, two at once: parallel_batches),
+    empty lines kept, and α that change the translations."""
+    model = _averaged_model(run)
+    dev = run["dev"].read_text(encoding="utf-8").splitlines()[:40]
+    dev[3] = ""
+    settings = SearchSettings(beam=2, max_len_b=6, max_tokens=64)
+    alphas = (0.0, 0.6, 3.0)
+    request.getfixturevalue(threads)
+    translator = Translator(model, run["spm"], settings, "cpu")
+    together = translator.translate_per_alpha(dev, alphas)
+    alone = {}
+    for alpha in alphas:
+        translator.settings = replace(settings, alpha=alpha)
+        alone[alpha] = translator.translate(dev)
+    assert together == alone
+    assert together[0.0][3] == ""
+    assert len({tuple(lines) for lines in together.values()}) > 1
 
 
 def test_translate_alpha_from_decodes_with_the_chosen_alpha(run: dict[str, Path]) -> None:

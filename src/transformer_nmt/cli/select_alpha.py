@@ -1,9 +1,10 @@
 """``select-alpha``: choose the length penalty α (§6.1) of a model on the dev set.
 
-The averaged model translates ``--dev-src`` once per α of ``--candidates`` (default
+The averaged model translates ``--dev-src`` under each α of ``--candidates`` (default
 ``evaluation.selection.ALPHA_CANDIDATES``) with the experiment's other search settings and
 ``--quantize`` (the translate stage's, so the α is chosen for the weights that decode the test
-sets); the α with the best detokenised sacreBLEU against ``--dev-ref`` goes to ``--out``
+sets); the PyTorch engine does it in one beam search for all of them, with the translations of
+one search per α. The α with the best detokenised sacreBLEU against ``--dev-ref`` goes to ``--out``
 (``alpha_selection.json``: ``best_alpha`` and the dev BLEU of every α), which ``translate
 --alpha-from`` reads. The pipeline runs it when an experiment says ``translate.alpha: auto``.
 """

@@ -259,7 +259,7 @@ def render_report(
     if alphas:
         lines += dev_choice_section(
             "Length penalty chosen on the dev set",
-            "`translate.alpha: auto`: the averaged model translated the dev set once per α and "
+            "`translate.alpha: auto`: the averaged model translated the dev set under each α and "
             "the α with the best dev BLEU decoded the test sets; §6.1 chose 0.6 so.",
             "α", alphas, "best_alpha",
         )  # fmt: skip

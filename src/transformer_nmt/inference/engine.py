@@ -11,14 +11,16 @@ An engine (``translator.Translator``: our PyTorch model and ``search.beam_search
 (an engine that runs several batches at once, CTranslate2 with ``inter_threads``, also overrides
 ``search_batches``), and ``TranslationEngine`` turns them into ``translate`` /
 ``translate_nbest`` over lines of text, with one batching rule (``token_batches``), input order
-kept and empty lines answered without running the model. The engines import this module;
-nothing here imports an engine.
+kept and empty lines answered without running the model; ``translate_per_alpha`` translates under
+several length penalties α (one search per α, or one for all where the engine can). The engines
+import this module; nothing here imports an engine.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from transformer_nmt.search import Hypothesis, SearchSettings
@@ -81,19 +83,46 @@ class TranslationEngine(abc.ABC):
 
         ``progress(n)`` is called after each batch with the number of sentences it held.
         """
-        encoded = [self.encode(line) if line.strip() else None for line in lines]
         results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
+        for i, nbest in self._searched(lines, self.search_batches, progress):
+            results[i] = [(self.decode(h.tokens), float(h.score)) for h in nbest]
+        return results
+
+    def translate_per_alpha(
+        self, lines: Sequence[str], alphas: Sequence[float]
+    ) -> dict[float, list[str]]:
+        """``translate`` under each length penalty α of ``alphas``, the other search settings
+        unchanged: α -> one translation per line. Here one search per α; an engine that scores
+        several α in one search overrides it."""
+        base = self.settings
+        translations: dict[float, list[str]] = {}
+        try:
+            for alpha in dict.fromkeys(float(a) for a in alphas):
+                self.settings = replace(base, alpha=alpha)
+                translations[alpha] = self.translate(lines)
+        finally:
+            self.settings = base
+        return translations
+
+    def _searched(
+        self,
+        lines: Sequence[str],
+        search_batches: Callable[[list[list[Any]]], Iterator[list[Any]]],
+        progress: Callable[[int], None] | None = None,
+    ) -> Iterator[tuple[int, Any]]:
+        """(line index, its search result) for every non-empty line of ``lines``, batched by
+        ``token_batches`` and searched by ``search_batches``; ``progress`` as in
+        ``translate_nbest``."""
+        encoded = [self.encode(line) if line.strip() else None for line in lines]
         todo = [i for i, ids in enumerate(encoded) if ids is not None]
         lengths = [len(encoded[i]) for i in todo]
         batches = [
             [todo[j] for j in batch] for batch in token_batches(lengths, self.settings.max_tokens)
         ]
-        searched = self.search_batches([[encoded[i] for i in indices] for indices in batches])
-        for indices, hyps in zip(batches, searched, strict=True):
-            for i, nbest in zip(indices, hyps, strict=True):
-                results[i] = [(self.decode(h.tokens), float(h.score)) for h in nbest]
+        searched = search_batches([[encoded[i] for i in indices] for indices in batches])
+        for indices, results in zip(batches, searched, strict=True):
+            yield from zip(indices, results, strict=True)
             if progress is not None:
                 progress(len(indices))
         if progress is not None and len(todo) < len(lines):
             progress(len(lines) - len(todo))
-        return results

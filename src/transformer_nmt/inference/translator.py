@@ -13,11 +13,13 @@ average into hard word alignments in Pharaoh ``i-j`` format (docs/interfaces.md)
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,7 +33,12 @@ from transformer_nmt.inference.output import EOS_PIECE, SentenceAttention
 from transformer_nmt.io_utils import sha256_file
 from transformer_nmt.runs.checkpoints import experiment_mismatch, load_model_file
 from transformer_nmt.runs.layout import AVERAGED_MODEL, SUMMARY_FILE
-from transformer_nmt.search import Hypothesis, SearchSettings, beam_search
+from transformer_nmt.search import (
+    Hypothesis,
+    SearchSettings,
+    beam_search,
+    beam_search_per_alpha,
+)
 
 log = logging.getLogger(__name__)
 
@@ -122,26 +129,57 @@ class Translator(TranslationEngine):
             alpha=s.alpha, max_len_b=s.max_len_b, nbest=s.nbest, early_stop=s.early_stop,
         )  # fmt: skip
 
+    @torch.inference_mode()
+    def search_per_alpha(
+        self, sources: Sequence[np.ndarray], alphas: Sequence[float]
+    ) -> list[dict[float, list[Hypothesis]]]:
+        """Beam search one batch once for every α of ``alphas``
+        (``search.beam_search_per_alpha``): per sentence, α -> its n-best under that α."""
+        src = source_batch(sources).to(self.device)  # [B, S] = x EOS, padded
+        s = self.settings
+        per_alpha = beam_search_per_alpha(
+            self.model, src, alphas, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID,
+            beam_size=s.beam, max_len_b=s.max_len_b, nbest=s.nbest, early_stop=s.early_stop,
+        )  # fmt: skip
+        return [{alpha: per_alpha[alpha][i] for alpha in per_alpha} for i in range(len(sources))]
+
+    def translate_per_alpha(
+        self, lines: Sequence[str], alphas: Sequence[float]
+    ) -> dict[float, list[str]]:
+        """One search for all ``alphas`` (``search_per_alpha``): the translations of one
+        ``translate`` per α, for the search time of the α that searches longest."""
+        alphas = tuple(dict.fromkeys(float(a) for a in alphas))
+        translations = {alpha: [""] * len(lines) for alpha in alphas}
+        search = functools.partial(self.search_per_alpha, alphas=alphas)
+        for i, per_alpha in self._searched(lines, lambda b: self.search_batches(b, search)):
+            for alpha in alphas:
+                translations[alpha][i] = self.decode(per_alpha[alpha][0].tokens)
+        return translations
+
     def search_batches(
-        self, batches: Sequence[Sequence[np.ndarray]]
-    ) -> Iterator[list[list[Hypothesis]]]:
-        """On a CPU with T > 1 torch threads (fast path ``parallel_batches``): T batches at once,
-        each searched on one thread, results in order. A decoder step of a small model is too
-        small to split well across threads: on 2 threads the demo model's beam-4 decoding ran
-        1.13-1.20x faster, with the same translations (benchmarks/bench_parallel_batches.py,
+        self,
+        batches: Sequence[Sequence[np.ndarray]],
+        search: Callable[[Sequence[np.ndarray]], list[Any]] | None = None,
+    ) -> Iterator[list[Any]]:
+        """``search`` (default ``self.search``) of each batch, results in order. On a CPU with
+        T > 1 torch threads (fast path ``parallel_batches``): T batches at once, each searched on
+        one thread. A decoder step of a small model is too small to split well across threads:
+        on 2 threads the demo model's beam-4 decoding ran 1.13-1.20x faster, with the same
+        translations (benchmarks/bench_parallel_batches.py,
         benchmarks/records/parallel_batches_epyc.json). Elsewhere one batch at a time."""
+        search = search or self.search
         threads = torch.get_num_threads()
         parallel = (
             self.device.type == "cpu" and threads > 1 and len(batches) > 1
             and fast_paths.enabled("parallel_batches")
         )  # fmt: skip
         if not parallel:
-            yield from super().search_batches(batches)
+            yield from map(search, batches)
             return
 
-        def on_one_thread(sources: Sequence[np.ndarray]) -> list[list[Hypothesis]]:
+        def on_one_thread(sources: Sequence[np.ndarray]) -> list[Any]:
             torch.set_num_threads(1)  # this worker's intra-op threads
-            return self.search(sources)
+            return search(sources)
 
         torch.set_num_threads(1)
         try:

@@ -26,11 +26,20 @@ by the current one. (b) therefore never changes the result of (a)/(c): it only s
 
 Finished sentences leave the batch (their rows are dropped from the cache) so the others run on
 a smaller batch.
+
+Several α in one search (``beam_search_per_alpha``, for choosing α on a dev set, §6.1): α enters
+nothing but the finished hypotheses' scores and the bound of (b). The candidates of steps 1.-3.
+are ranked by log-probability alone, and (a), (c) and ``early_stop="best"`` do not read a score,
+so the live hypotheses and the finished ones are the same for every α. One search that stops a
+sentence only once (b) holds for every α of the set has, for each α, every hypothesis that α's
+own search finishes, and none that could beat that α's best (the bound): each α's n-best equals
+what ``beam_search`` with that α returns, for the cost of the α that searches longest.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -75,6 +84,36 @@ def beam_search(
 
     ``min_len`` (default 0, for benchmarks) forbids EOS before that many tokens.
     """
+    return beam_search_per_alpha(
+        model, src, (alpha,), bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, beam_size=beam_size,
+        max_len_b=max_len_b, nbest=nbest, use_cache=use_cache,
+        return_attention=return_attention, min_len=min_len, early_stop=early_stop,
+    )[alpha]  # fmt: skip
+
+
+def beam_search_per_alpha(
+    model: Transformer,
+    src: torch.Tensor,
+    alphas: Sequence[float],
+    *,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    beam_size: int = SearchSettings.beam,
+    max_len_b: int = SearchSettings.max_len_b,
+    nbest: int = SearchSettings.nbest,
+    use_cache: bool = True,
+    return_attention: bool = False,
+    min_len: int = 0,
+    early_stop: str = SearchSettings.early_stop,
+) -> dict[float, list[list[Hypothesis]]]:
+    """``beam_search`` of ``src`` for every α of ``alphas`` in one search (module docstring):
+    α -> each sentence's ``nbest`` best finished hypotheses under that α, best first."""
+    alphas = tuple(dict.fromkeys(float(a) for a in alphas))  # distinct, in the given order
+    if not alphas:
+        raise ValueError("alphas must name at least one length penalty")
+    if min(alphas) < 0:
+        raise ValueError(f"every alpha must be >= 0, got {alphas}")
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     if not 1 <= nbest <= beam_size:
@@ -84,7 +123,7 @@ def beam_search(
     batch, k = src.shape[0], beam_size
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     if batch == 0:
-        return finished
+        return {alpha: [] for alpha in alphas}
     device = src.device
     src_len = (src != pad_id).sum(dim=1)  # [B]
     max_len = (src_len + max_len_b).tolist()  # longest output (tokens without EOS) per sentence
@@ -146,10 +185,11 @@ def beam_search(
                     rows = [attn_hist[row]] if attn_hist is not None else []
                     attention = torch.cat([*rows, attn[row][None]], dim=0)  # [t+1, S]
                     attention = attention[:, : src_len_list[b]].float().cpu()
+                # score: under the first α; the others' are computed at the end
                 finished[b].append(
                     Hypothesis(
                         tokens=hyp_tokens,
-                        score=log_prob / length_penalty(len(hyp_tokens) + 1, alpha),
+                        score=log_prob / length_penalty(len(hyp_tokens) + 1, alphas[0]),
                         log_prob=log_prob,
                         attention=attention,
                     )
@@ -181,12 +221,11 @@ def beam_search(
                 done_b = len(finished[b]) >= k or step > max_len[b] or best_live[i] == neg_inf
                 if not done_b and len(finished[b]) >= nbest and best_ended[i]:
                     done_b = True  # early_stop="best": this step's best candidate ended
-                if not done_b and len(finished[b]) >= nbest:
-                    worst_nbest = sorted(h.score for h in finished[b])[-nbest]
-                    lp_max = max(
-                        length_penalty(step + 1, alpha), length_penalty(max_len[b] + 1, alpha)
+                if not done_b and len(finished[b]) >= nbest:  # (b), for every α
+                    done_b = all(
+                        _no_live_can_win(finished[b], best_live[i], step, max_len[b], a, nbest)
+                        for a in alphas
                     )
-                    done_b = best_live[i] / lp_max <= worst_nbest
                 if not done_b:
                     keep.append(i)
             if len(keep) < n:
@@ -198,4 +237,26 @@ def beam_search(
                     attn_hist = attn_hist[rows]
                 active = [active[i] for i in keep]
 
-    return [sorted(hyps, key=lambda h: -h.score)[:nbest] for hyps in finished]
+    return {alpha: [_nbest(hyps, alpha, nbest) for hyps in finished] for alpha in alphas}
+
+
+def _scored(hyp: Hypothesis, alpha: float) -> float:
+    """log P(Y | X) / lp(Y) of a finished hypothesis (|Y| counts its EOS)."""
+    return hyp.log_prob / length_penalty(len(hyp.tokens) + 1, alpha)
+
+
+def _no_live_can_win(
+    finished: list[Hypothesis], best_live: float, step: int, max_len: int, alpha: float, nbest: int
+) -> bool:
+    """(b) under ``alpha``: no live hypothesis (the best has log-probability ``best_live``) can
+    finish above the ``nbest``-th best finished one, dividing by the largest reachable lp."""
+    worst_nbest = sorted(_scored(h, alpha) for h in finished)[-nbest]
+    lp_max = max(length_penalty(step + 1, alpha), length_penalty(max_len + 1, alpha))
+    return best_live / lp_max <= worst_nbest
+
+
+def _nbest(finished: list[Hypothesis], alpha: float, nbest: int) -> list[Hypothesis]:
+    """The ``nbest`` best of ``finished`` under ``alpha``, best first (ties: the one finished
+    first), each with its score under ``alpha``."""
+    ranked = sorted(((_scored(h, alpha), h) for h in finished), key=lambda pair: -pair[0])
+    return [replace(h, score=score) for score, h in ranked[:nbest]]
