@@ -185,7 +185,7 @@ def beam_search_per_alpha(
                     rows = [attn_hist[row]] if attn_hist is not None else []
                     attention = torch.cat([*rows, attn[row][None]], dim=0)  # [t+1, S]
                     attention = attention[:, : src_len_list[b]].float().cpu()
-                # score: under the first α; the others' are computed at the end
+                # scored under the first α; _nbest ranks and scores it under each α at the end
                 finished[b].append(
                     Hypothesis(
                         tokens=hyp_tokens,
