@@ -12,12 +12,12 @@ The paper chose α = 0.6 (with the beam size) "after experimentation on the deve
 (§6.1). ``translate.alpha: auto`` repeats that experiment for the run at hand: the averaged model
 translates the dev set under each α of ``ALPHA_CANDIDATES`` and the α with the best detokenised
 sacreBLEU decodes the test sets (``alpha_selection.json``, written by ``select-alpha``). The
-PyTorch engine does it in one beam search for all of them (``search.beam_search_per_alpha``: the
-same translations as one search per α, in 0.38x the time on the demo's dev set, fp32 or int8; to
-the last digit where a row's result does not depend on the other rows of its batch, as in fp32.
-int8 dynamic quantisation scales each batch's activations by the batch's range, and a sentence
-leaves the batch when its search ends, so there α's scores move by rounding: on the demo model
-two of six α moved by +0.02 dev BLEU, the chosen α the same; benchmarks/RESULTS.md).
+PyTorch engine does it in one beam search for all of them (``search.beam_search_per_alpha``),
+in 0.37-0.45x the time on the demo's dev set (fp32 or int8), with the translations of one search
+per α to the last digit where a row's result does not depend on the other rows of its batch, as
+in fp32. int8 dynamic quantisation scales each batch's activations by the batch's range, and a
+sentence leaves the batch when its search ends, so there α's scores move by rounding: on the
+demo model two of six α moved by +0.02 dev BLEU, the chosen α the same (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
