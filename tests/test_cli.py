@@ -89,6 +89,25 @@ def test_inference_does_not_import_training_code() -> None:
     assert _fresh_python(code) == "[]"
 
 
+def test_text_only_stages_start_without_torch() -> None:
+    """score and report read text and JSON: their commands, the search settings their
+    arguments share with translate and the report's figures (the paper's Table 3 from the model
+    config) load without torch, ~1.3 s of each DAG job's start; the names that need torch load
+    on first use, as the objects of the modules that define them."""
+    code = (
+        "import sys, transformer_nmt.cli.score, transformer_nmt.cli.report\n"
+        "import transformer_nmt.evaluation.figures, transformer_nmt.evaluation.report\n"
+        "from transformer_nmt.search import SearchSettings, length_penalty\n"
+        "from transformer_nmt.model import TABLE3, ModelConfig\n"
+        "print('torch' in sys.modules, length_penalty.__name__)\n"
+        "from transformer_nmt.search import beam_search\n"
+        "from transformer_nmt.model import Transformer\n"
+        "import transformer_nmt.model.transformer as home\n"
+        "print('torch' in sys.modules, beam_search.__module__, Transformer is home.Transformer)\n"
+    )
+    assert _fresh_python(code) == ("False length_penalty\nTrue transformer_nmt.search.beam True")
+
+
 def test_package_import_stays_light() -> None:
     code = (
         "import sys, transformer_nmt\n"

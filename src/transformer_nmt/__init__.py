@@ -11,7 +11,9 @@ The Python API in three lines::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from transformer_nmt._lazy import lazy_attributes
 
 __version__ = "0.1.0"
 __all__ = ["Translator", "__version__"]
@@ -19,10 +21,4 @@ __all__ = ["Translator", "__version__"]
 if TYPE_CHECKING:
     from transformer_nmt.inference.translator import Translator
 
-
-def __getattr__(name: str) -> Any:
-    if name == "Translator":
-        from transformer_nmt.inference.translator import Translator
-
-        return Translator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, {"Translator": "inference.translator"})
