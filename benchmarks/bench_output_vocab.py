@@ -10,8 +10,9 @@ bound from above for that lever, not its measurement::
 
     python benchmarks/bench_output_vocab.py --vocab 8000 5331 --rounds 4
 
-Batches are random tokens of ``max_tokens`` // ``--length`` rows of ``--length`` tokens, each
-row's real length uniform in [L/2, L] (padding is what it costs in the real batches). Prints one
+The step is ``bench_training.make_step``'s (one batch of random tokens, ``max_tokens`` //
+``--length`` rows of ``--length`` tokens, each row's real length uniform in [L/2, L]), with the
+experiment's model and each vocabulary size. Prints one
 row per size (ms per step of each round, the median, the ratio to the first size's median) and
 writes ``benchmarks/out/output_vocab.json`` (``--out``).
 """
@@ -30,41 +31,18 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_training import make_step  # noqa: E402
 from common import REPO, load_experiment  # noqa: E402
 
-from transformer_nmt.model import Transformer, apply_overrides, get_preset  # noqa: E402
-from transformer_nmt.training.objective import build_optimizer, model_loss  # noqa: E402
+from transformer_nmt.model import apply_overrides, get_preset  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out" / "output_vocab.json"
 
 
-def setup(cfg, vocab: int, rows: int, length: int, batches: int = 4):
-    torch.manual_seed(0)
-    model = Transformer(cfg, vocab_size=vocab, pad_id=0).train()
-    optimizer = build_optimizer(model.parameters(), fused=None)
-    generator = torch.Generator().manual_seed(1)
-    data = []
-    for _ in range(batches):
-        src, tgt_in, tgt_out = (
-            torch.randint(4, vocab, (rows, length), generator=generator) for _ in range(3)
-        )
-        for side in (src, tgt_out):  # real lengths uniform in [L/2, L], the rest padding
-            real = torch.randint(length // 2, length + 1, (rows, 1), generator=generator)
-            side.masked_fill_(torch.arange(length) >= real, 0)
-        tgt_in.masked_fill_(tgt_out == 0, 0)
-        data.append({"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out})
-    return model, optimizer, data
-
-
-def steps(model, optimizer, data, n: int, bf16: bool, eps: float) -> float:
-    """Seconds per step over ``n`` steps."""
+def seconds_per_step(step, n: int) -> float:
     start = time.perf_counter()
-    for i in range(n):
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            out = model_loss(model, data[i % len(data)], eps=eps, pad_id=0)
-        (out.loss / out.ntokens).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    for _ in range(n):
+        step()
     return (time.perf_counter() - start) / n
 
 
@@ -82,15 +60,20 @@ def main() -> None:
 
     name, exp = load_experiment(args.config, args.experiment)
     cfg = apply_overrides(get_preset(exp["preset"]), exp.get("model_overrides") or {})
-    rows = int(exp["train"]["max_tokens"]) // args.length
+    max_tokens = int(exp["train"]["max_tokens"])
+    rows = max(1, max_tokens // args.length)
     bf16 = args.precision == "bf16"
-    setups = {v: setup(cfg, v, rows, args.length) for v in args.vocab}
+    setups = {
+        v: make_step(exp["preset"], device="cpu", bf16=bf16, max_tokens=max_tokens,
+                     length=args.length, padded=True, cfg=cfg, vocab=v)[0]
+        for v in args.vocab
+    }  # fmt: skip
     for v in args.vocab:  # warm-up: kernels and allocator
-        steps(*setups[v], n=3, bf16=bf16, eps=cfg.eps_ls)
+        seconds_per_step(setups[v], 3)
     times: dict[int, list[float]] = {v: [] for v in args.vocab}
     for _ in range(args.rounds):
         for v in args.vocab:
-            times[v].append(steps(*setups[v], n=args.steps, bf16=bf16, eps=cfg.eps_ls))
+            times[v].append(seconds_per_step(setups[v], args.steps))
 
     first = statistics.median(times[args.vocab[0]])
     print(f"{name}: d_model {cfg.d_model}, N {cfg.N}, d_ff {cfg.d_ff}, {rows} x {args.length}, "

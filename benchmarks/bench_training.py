@@ -49,7 +49,7 @@ from pathlib import Path
 import torch
 from stage_process import allocator_as_in_the_stages
 
-from transformer_nmt.model.config import get_preset
+from transformer_nmt.model.config import ModelConfig, get_preset
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.training.objective import (
     FUSED_ADAM_DEVICES,
@@ -104,6 +104,8 @@ def make_step(
     low_precision_residual: bool = False,
     length: int | None = None,
     padded: bool = False,
+    cfg: ModelConfig | None = None,
+    vocab: int | None = None,
 ) -> tuple[Callable[[], None], dict]:
     """One training step on a synthetic token-bounded batch, and the batch's shape.
 
@@ -113,10 +115,12 @@ def make_step(
     ``low_precision_residual``: train.low_precision_residual (the residual stream in bf16).
     ``length``: sentence length L per side (default: the preset's); ``padded``: each sentence's
     real length drawn uniformly from [L/2, L], the rest padding, as in a real batch (the
-    padding masks route attention to the kernels that take a mask)."""
-    vocab, default_length = SHAPES[preset]
+    padding masks route attention to the kernels that take a mask). ``cfg``, ``vocab``: another
+    model (e.g. an experiment's, its overrides applied) and vocabulary size than the preset's."""
+    default_vocab, default_length = SHAPES[preset]
+    vocab = vocab or default_vocab
     length = length or default_length
-    cfg = get_preset(preset)
+    cfg = cfg or get_preset(preset)
     torch.manual_seed(0)
     model = Transformer(cfg, vocab_size=vocab, pad_id=0).to(device).train()
     model.set_low_precision_residual(low_precision_residual)
