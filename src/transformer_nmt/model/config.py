@@ -19,6 +19,7 @@ from typing import Any
 from transformer_nmt.errors import ConfigError
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
+SOFTMAX_VOCABS = ("shared", "target")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,13 @@ class ModelConfig:
     # §3.4: True = one matrix for source and target embeddings and the pre-softmax projection.
     # False (flag, for separate vocabularies) = three separate matrices.
     tie_embeddings: bool = True
+    # §3.4 "shared": the softmax runs over the whole vocabulary, as in the paper. Flag "target":
+    # over the pieces that the training data's target side contains (and the four special
+    # ones) only, rows of the same projection matrix: a smaller projection and softmax per
+    # target token (the demo's German side uses 5,331 of its 8,000 joint pieces); the other
+    # pieces get probability 0, and §5.4's label smoothing spreads eps_ls over the subset. The
+    # training stage sets the subset (``Transformer.output_mask``, saved with the weights).
+    softmax_vocab: str = "shared"
     # LayerNorm epsilon (the paper does not say; 1e-6 as in tensor2tensor).
     ln_eps: float = 1e-6
 
@@ -111,6 +119,11 @@ def validate(cfg: ModelConfig) -> None:
         raise ConfigError(
             f"model config key 'positional' must be one of {list(POSITIONAL_KINDS)}, "
             f"got {cfg.positional!r}"
+        )
+    if cfg.softmax_vocab not in SOFTMAX_VOCABS:
+        raise ConfigError(
+            f"model config key 'softmax_vocab' must be one of {list(SOFTMAX_VOCABS)}, "
+            f"got {cfg.softmax_vocab!r}"
         )
     for key in ("norm_first", "tie_embeddings", "attention_bias"):
         if not isinstance(getattr(cfg, key), bool):

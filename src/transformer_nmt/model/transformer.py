@@ -110,7 +110,8 @@ class DecoderState:
 
 
 class Transformer(nn.Module):
-    """The §3 model. ``forward(src [B,S], tgt_in [B,T]) -> logits [B,T,V_tgt]``."""
+    """The §3 model. ``forward(src [B,S], tgt_in [B,T]) -> logits [B,T,V_out]`` (training's:
+    ``output_logits``)."""
 
     def __init__(
         self,
@@ -118,6 +119,7 @@ class Transformer(nn.Module):
         vocab_size: int,
         pad_id: int = 0,
         tgt_vocab_size: int | None = None,
+        unk_id: int = 1,
     ) -> None:
         super().__init__()
         if vocab_size <= 0:
@@ -130,7 +132,7 @@ class Transformer(nn.Module):
                 f"and tgt_vocab_size={tgt_vocab_size}; set tie_embeddings=false"
             )
         self.cfg = cfg
-        self.pad_id = pad_id
+        self.pad_id, self.unk_id = pad_id, unk_id
         self.vocab_size = vocab_size
         self.tgt_vocab_size = tgt_vocab_size
         d_model = cfg.d_model
@@ -143,6 +145,12 @@ class Transformer(nn.Module):
             None if cfg.tie_embeddings else nn.Linear(d_model, tgt_vocab_size, bias=False)
         )
         self.embed_scale = math.sqrt(d_model)
+        # §3.4 flag softmax_vocab "target": True for the pieces the softmax runs over
+        # [V_tgt] (set from the training data by ``restrict_output``; all of them until then)
+        keep = torch.ones(tgt_vocab_size, dtype=torch.bool)
+        self.register_buffer("output_mask", keep if cfg.softmax_vocab == "target" else None)
+        self._output_key: tuple[int, int] | None = None  # the mask that ``_output_rows`` read
+        self._output_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
         # §3.5 positions (separate learned tables for source and target in row E).
         if cfg.positional == "learned":
@@ -212,10 +220,87 @@ class Transformer(nn.Module):
         return self.src_embed.weight if self.out_proj is None else self.out_proj.weight
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
-        """§3.4 pre-softmax linear transformation: [B, T, d_model] -> logits [B, T, V_tgt]."""
+        """§3.4 pre-softmax linear transformation: [B, T, d_model] -> logits [B, T, V_tgt]
+        (-inf for the pieces outside the softmax of ``softmax_vocab`` "target")."""
         if self.out_proj is not None:  # its module (int8 decoding swaps it for a quantized one)
-            return self.out_proj(x)
-        return F.linear(x, self.src_embed.weight)
+            return self._mask_outside(self.out_proj(x))
+        return self._mask_outside(F.linear(x, self.src_embed.weight))
+
+    # --- the softmax's pieces (flag softmax_vocab "target"; the paper: all of them) ------------
+
+    def restrict_output(self, keep: torch.Tensor) -> None:
+        """Let the softmax run over the pieces ``keep`` ([V_tgt] bool) marks (``softmax_vocab``
+        "target"; the training stage passes the pieces of its target side). Padding, every piece
+        before it (so that padding keeps its id as a softmax position) and ``unk_id`` (a target
+        outside the subset counts as it) must be kept."""
+        if self.output_mask is None:
+            raise ConfigError("restrict_output needs the model config softmax_vocab: target")
+        if keep.dtype != torch.bool or keep.shape != self.output_mask.shape:
+            raise ValueError(
+                f"keep must be a bool tensor of shape {list(self.output_mask.shape)}, got "
+                f"{keep.dtype} of shape {list(keep.shape)}"
+            )
+        if not bool(keep[: self.pad_id + 1].all()) or not bool(keep[self.unk_id]):
+            raise ValueError(
+                f"keep must include padding ({self.pad_id}), every id before it and unk "
+                f"({self.unk_id})"
+            )
+        with torch.no_grad():
+            self.output_mask.copy_(keep)
+
+    def _softmax_rows(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """(ids of the softmax's pieces [V_out], each piece's position among them [V_tgt] (a
+        piece outside: unk's), the pieces outside [V_tgt] bool), or None when the softmax
+        runs over every piece. Computed once per mask (its storage and version)."""
+        mask = self.output_mask
+        if mask is None:
+            return None
+        key = (mask.data_ptr(), mask._version)
+        if key != self._output_key:
+            rows = None
+            if not bool(mask.all()):
+                ids = mask.nonzero().squeeze(1)  # [V_out]
+                position = mask.long().cumsum(0) - 1  # [V_tgt]: kept piece -> softmax position
+                position = torch.where(mask, position, position[self.unk_id])
+                rows = (ids, position, ~mask)
+            self._output_key, self._output_rows = key, rows
+        return self._output_rows
+
+    def _mask_outside(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` [..., V_tgt] with -inf for the pieces outside the softmax."""
+        rows = self._softmax_rows()
+        if rows is None:
+            return logits
+        if torch.is_grad_enabled():
+            return logits.masked_fill(rows[2], float("-inf"))
+        return logits.masked_fill_(rows[2], float("-inf"))
+
+    @property
+    def output_ids(self) -> torch.Tensor | None:
+        """Ids of the pieces the softmax runs over [V_out] (ascending), or None: all of them."""
+        rows = self._softmax_rows()
+        return None if rows is None else rows[0]
+
+    @property
+    def output_weight(self) -> torch.Tensor:
+        """The rows of ``projection_weight`` that the softmax runs over, [V_out, d_model]
+        (all of them unless ``softmax_vocab`` "target")."""
+        rows = self._softmax_rows()
+        weight = self.projection_weight
+        return weight if rows is None else weight.index_select(0, rows[0])
+
+    def output_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Training's §3.4 logits, over the softmax's pieces only: [..., d_model] ->
+        [..., V_out], against ``output_targets``' targets; ``project`` when they are all."""
+        if self._softmax_rows() is None:
+            return self.project(x)
+        return F.linear(x, self.output_weight)
+
+    def output_targets(self, tgt: torch.Tensor) -> torch.Tensor:
+        """Target ids [...] -> their positions among the softmax's pieces (a piece outside it,
+        e.g. in a dev sentence, counts as unk); padding keeps ``pad_id``."""
+        rows = self._softmax_rows()
+        return tgt if rows is None else rows[1][tgt]
 
     # --- LayerDrop (a flag; the paper has none) -----------------------------------------------
 
@@ -298,8 +383,10 @@ class Transformer(nn.Module):
         return (self.project(x) if project_output else x), weights
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """``src`` [B, S], ``tgt_in`` [B, T] (both padded with ``pad_id``) -> logits [B, T, V]."""
-        return self.decode(tgt_in, self.encode(src))[0]
+        """``src`` [B, S], ``tgt_in`` [B, T] (both padded with ``pad_id``) -> training's logits
+        [B, T, V_out] (``output_logits``: V_out = V unless ``softmax_vocab`` "target")."""
+        hidden, _ = self.decode(tgt_in, self.encode(src), project_output=False)
+        return self.output_logits(hidden)
 
     # --- decoder: one position per step from a cache (search, §6.1) ---------------------------
 
@@ -361,7 +448,7 @@ class Transformer(nn.Module):
         weight, rows = self.src_embed.weight, x.shape[0]
         if state._logits is None or state._logits.shape[0] < rows:  # one state: one dtype, device
             state._logits = x.new_empty(rows, weight.shape[0])
-        return torch.mm(x, weight.t(), out=state._logits[:rows])
+        return self._mask_outside(torch.mm(x, weight.t(), out=state._logits[:rows]))
 
 
 def count_parameters(model: nn.Module, exclude_embeddings: bool = False) -> int:

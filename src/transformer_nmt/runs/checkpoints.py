@@ -170,12 +170,17 @@ def experiment_mismatch(
     The one rule of "same experiment", used by resume, averaging and translation; a
     ``model_config`` of None checks the vocabulary only (a translator takes the model's own).
     """
-    if model_config is not None and dict(meta["model_config"]) != dict(model_config):
-        recorded = meta["model_config"]
-        diff = sorted(
-            k for k in set(recorded) | set(model_config) if recorded.get(k) != model_config.get(k)
-        )
-        return f"another model config (differs in {diff})"
+    if model_config is not None:
+        from transformer_nmt.model.config import ModelConfig
+
+        # a key one side lacks has its default: a checkpoint from before a model flag existed
+        # is the same experiment as a config that leaves the flag at the paper's value
+        defaults = ModelConfig().to_dict()
+        recorded = {**defaults, **meta["model_config"]}
+        wanted = {**defaults, **model_config}
+        diff = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
+        if diff:
+            return f"another model config (differs in {diff})"
     recorded_sha = meta["vocab"].get("sha256")
     if recorded_sha != vocab_sha256:
         return f"another vocabulary (sha256 {recorded_sha}, expected {vocab_sha256})"
@@ -278,7 +283,12 @@ def load_model_file(path: str | os.PathLike[str]) -> tuple[torch.nn.Module, dict
         raise CheckpointError(f"{path}: bad model_config: {err}") from err
     vocab = meta["vocab"]
     try:
-        model = Transformer(config, vocab_size=int(vocab["size"]), pad_id=int(vocab["pad_id"]))
+        model = Transformer(
+            config,
+            vocab_size=int(vocab["size"]),
+            pad_id=int(vocab["pad_id"]),
+            unk_id=int(vocab["unk_id"]),
+        )
     except KeyError as err:
         raise CheckpointError(f"{path}: vocab record lacks {err}") from err
     try:

@@ -64,7 +64,9 @@ class TranslationModule(L.LightningModule):
         self.train_cfg = TrainConfig.from_dict(train_config)
         self.pad_id = int(vocab["pad_id"])
         self.bos_id, self.eos_id = int(vocab["bos_id"]), int(vocab["eos_id"])
-        self.model = Transformer(self.cfg, vocab_size=int(vocab["size"]), pad_id=self.pad_id)
+        self.model = Transformer(
+            self.cfg, vocab_size=int(vocab["size"]), pad_id=self.pad_id, unk_id=int(vocab["unk_id"])
+        )
         self.model.set_low_precision_residual(self.train_cfg.low_precision_residual)
         # §5.4 label smoothing eps_ls is part of the model config (Table 3 row D varies it).
         self.eps_ls = self.cfg.eps_ls
@@ -132,7 +134,7 @@ class TranslationModule(L.LightningModule):
     # --- forward and loss ----------------------------------------------------------------------
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        return self.model(src, tgt_in)  # [B, T, V]
+        return self.model(src, tgt_in)  # [B, T, V_out]
 
     def _forward_model(self) -> torch.nn.Module:
         """``self.model``, or with ``train.compile`` its ``torch.compile`` wrapper (same
@@ -153,7 +155,8 @@ class TranslationModule(L.LightningModule):
             enc = self.model.encode(batch["src"])
             hidden, _ = self.model.decode(batch["tgt_in"], enc, project_output=False)
             return chunked_label_smoothed_cross_entropy(
-                hidden, self.model.project, batch["tgt_out"], chunk_tokens=chunk,
+                hidden, self.model.output_logits, self.model.output_targets(batch["tgt_out"]),
+                chunk_tokens=chunk,
                 eps=self.eps_ls, pad_id=self.pad_id,
             )  # fmt: skip
         return model_loss(

@@ -320,15 +320,18 @@ def model_loss(
     it (the logits path), ``fused`` is ``train.fused_loss``. ``rdrop_alpha`` > 0
     (``train.rdrop_alpha``, training only): each sentence passes through the model twice, in one
     batch of twice the rows, and ``training_loss`` adds R-Drop's consistency term."""
-    src, tgt_in, tgt_out = batch["src"], batch["tgt_in"], batch["tgt_out"]
-    weight = model.projection_weight
+    src, tgt_in = batch["src"], batch["tgt_in"]
+    # §3.4 flag softmax_vocab "target": the softmax's rows and the targets' positions among
+    # them (both unchanged when it runs over every piece)
+    tgt_out = model.output_targets(batch["tgt_out"])
+    dtype = model.projection_weight.dtype
     compiled = forward is not None
     rdrop = rdrop_alpha > 0
-    path = loss_path(src.device, fused=fused, compiled=compiled, dtype=weight.dtype, rdrop=rdrop)
+    path = loss_path(src.device, fused=fused, compiled=compiled, dtype=dtype, rdrop=rdrop)
     if path == "projected":
         hidden, _ = model.decode(tgt_in, model.encode(src), project_output=False)
         return projected_label_smoothed_cross_entropy(
-            hidden, weight, tgt_out, eps=eps, pad_id=pad_id
+            hidden, model.output_weight, tgt_out, eps=eps, pad_id=pad_id
         )
     if rdrop:  # [2B, S] and [2B, T]: the batch twice; dropout draws its masks per row
         src, tgt_in = torch.cat([src, src]), torch.cat([tgt_in, tgt_in])
