@@ -112,7 +112,9 @@ def test_the_loss_runs_over_the_subset_and_a_piece_outside_counts_as_unk(monkeyp
     assert model.output_targets(batch["tgt_out"]).tolist() == expected_targets
     hidden, _ = model.decode(batch["tgt_in"], model.encode(batch["src"]), project_output=False)
     logits = hidden @ model.src_embed.weight[ids].T  # [B, T, V_out] by hand
-    ref = label_smoothed_cross_entropy(logits, torch.tensor(expected_targets), eps=0.1, pad_id=0)
+    # §5.4's smoothing mass per piece as the shared softmax's: 0.1 / V on each of the subset's
+    eps = 0.1 * len(ids) / V
+    ref = label_smoothed_cross_entropy(logits, torch.tensor(expected_targets), eps=eps, pad_id=0)
     ref_grads = torch.autograd.grad(ref.loss, list(model.parameters()))
     for fast in ("on", "off"):
         monkeypatch.setenv(ENV, fast)

@@ -149,7 +149,7 @@ class Transformer(nn.Module):
         # [V_tgt] (set from the training data by ``restrict_output``; all of them until then)
         keep = torch.ones(tgt_vocab_size, dtype=torch.bool)
         self.register_buffer("output_mask", keep if cfg.softmax_vocab == "target" else None)
-        self._output_key: tuple[int, int] | None = None  # the mask that ``_output_rows`` read
+        self._output_key: tuple[int, int] | None = None  # the mask that ``_softmax_rows`` read
         self._output_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
         # §3.5 positions (separate learned tables for source and target in row E).

@@ -36,6 +36,7 @@ from transformer_nmt.training.objective import (
     fused_loss_wanted,
     loss_path,
     model_loss,
+    subset_smoothing,
 )
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,7 @@ class TranslationModule(L.LightningModule):
             return chunked_label_smoothed_cross_entropy(
                 hidden, self.model.output_logits, self.model.output_targets(batch["tgt_out"]),
                 chunk_tokens=chunk,
-                eps=self.eps_ls, pad_id=self.pad_id,
+                eps=subset_smoothing(self.model, self.eps_ls), pad_id=self.pad_id,
             )  # fmt: skip
         return model_loss(
             self.model, batch, eps=self.eps_ls, pad_id=self.pad_id,

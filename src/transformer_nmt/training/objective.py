@@ -305,6 +305,15 @@ def loss_path(
     return "logits"
 
 
+def subset_smoothing(model: Any, eps: float) -> float:
+    """§5.4's label smoothing for ``model``'s softmax: ``eps``, or with ``softmax_vocab``
+    "target" eps * V_out / V, so that every piece of the subset gets the mass eps / V that the
+    shared softmax's smoothing gives it (the mass that went to the pieces outside goes to the
+    reference piece)."""
+    ids = model.output_ids
+    return eps if ids is None else eps * len(ids) / model.tgt_vocab_size
+
+
 def model_loss(
     model: Any,
     batch: dict[str, torch.Tensor],
@@ -324,6 +333,7 @@ def model_loss(
     # §3.4 flag softmax_vocab "target": the softmax's rows and the targets' positions among
     # them (both unchanged when it runs over every piece)
     tgt_out = model.output_targets(batch["tgt_out"])
+    eps = subset_smoothing(model, eps)
     dtype = model.projection_weight.dtype
     compiled = forward is not None
     rdrop = rdrop_alpha > 0
