@@ -584,6 +584,27 @@ def test_the_training_forward_compiles_to_one_graph(norm, monkeypatch):
     assert explained.graph_count == 1
 
 
+def test_the_training_forward_over_a_target_side_softmax_compiles_to_one_graph():
+    """``softmax_vocab: target`` under ``train.compile``: the subset's rows, read by
+    ``model_loss`` (``output_targets``) before the forward, enter the graph as constants."""
+    from transformer_nmt.training.objective import model_loss
+
+    model = make_model("softmax_vocab=target", dtype=torch.float32)  # eval: no dropout draws
+    keep = torch.zeros(model.tgt_vocab_size, dtype=torch.bool)
+    keep[: model.tgt_vocab_size // 2] = True
+    model.restrict_output(keep)
+    src, tgt_in = random_batch()
+    torch._dynamo.reset()
+    batch = {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_in % (model.tgt_vocab_size // 2)}
+    compiled = torch.compile(model, backend="eager")
+    out = model_loss(model, batch, eps=0.1, pad_id=0, forward=compiled)
+    reference = model_loss(model, batch, eps=0.1, pad_id=0)
+    torch.testing.assert_close(out.loss, reference.loss)
+    explained = torch._dynamo.explain(model)(src, tgt_in)
+    assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
+    assert model(src, tgt_in).shape[-1] == model.tgt_vocab_size // 2
+
+
 # --- train.low_precision_residual: the residual stream in autocast's dtype --------------------
 
 

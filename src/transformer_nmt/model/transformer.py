@@ -255,6 +255,8 @@ class Transformer(nn.Module):
         mask = self.output_mask
         if mask is None:
             return None
+        if torch.compiler.is_compiling():  # ``model_loss`` read them before the forward
+            return self._output_rows
         key = (mask.data_ptr(), mask._version)
         if key != self._output_key:
             rows = None
