@@ -589,7 +589,9 @@ def test_the_training_forward_over_a_target_side_softmax_compiles_to_one_graph()
     ``model_loss`` (``output_targets``) before the forward, enter the graph as constants."""
     from transformer_nmt.training.objective import model_loss
 
-    model = make_model("softmax_vocab=target", dtype=torch.float32)  # eval: no dropout draws
+    # float64 (eval: no dropout draws): the two loss paths then agree far inside the default
+    # tolerance whatever the CPU's summation order
+    model = make_model("softmax_vocab=target", dtype=torch.float64)
     keep = torch.zeros(model.tgt_vocab_size, dtype=torch.bool)
     keep[: model.tgt_vocab_size // 2] = True
     model.restrict_output(keep)
