@@ -98,12 +98,14 @@ LONG = [
 
 def machine_key(info: dict[str, Any]) -> str:
     """The CPU class a figure belongs to: the vendor's line (xeon, epyc, else the model name)
-    and what decides our CPU paths (``_amx``; nothing for AVX512-BF16; ``_avx2``; ``_base``)."""
+    and what decides our CPU paths (``_amx``; nothing for AVX512-BF16; ``_avx512`` for AVX512
+    without bf16, torch's AVX512 kernels in fp32; ``_avx2``; ``_base``)."""
     model = info["cpu"].lower()
     vendor = next((v for v in ("xeon", "epyc") if v in model), None)
     vendor = vendor or re.sub(r"[^a-z0-9]+", "_", model).strip("_")[:24] or "cpu"
     flags = set(info["flags"])
     tier = ("_amx" if "amx_bf16" in flags else "" if "avx512_bf16" in flags
+            else "_avx512" if "avx512f" in flags
             else "_avx2" if "avx2" in flags else "_base")  # fmt: skip
     return vendor + tier
 

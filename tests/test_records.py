@@ -98,6 +98,7 @@ def test_make_bench_names_each_cpu_class_as_the_records_do() -> None:
     assert key("Intel(R) Xeon(R) Processor", "amx_bf16", "avx512_bf16", "avx2") == "xeon_amx"
     assert key("AMD EPYC", "avx512_bf16", "avx2") == "epyc"
     assert key("AMD EPYC 7B13", "avx2") == "epyc_avx2"
+    assert key("Intel(R) Xeon(R) Processor", "avx512f", "avx512bw", "avx2") == "xeon_avx512"
     assert (
         key(
             "Some CPU 9",
