@@ -83,8 +83,8 @@ CPU_AUTO_PRECISION: dict[str, tuple[str, str]] = {
     ),
     "none": (
         "32-true",
-        "no bf16 instructions: bf16-mixed is emulated, ~20x slower (benchmarks/RESULTS.md, "
-        "2026-11-22)",
+        "no bf16 instructions: bf16-mixed is emulated, a training step 3.3x slower with "
+        "AVX512 (Xeon, 2026-11-30) and ~20x with AVX2 alone (2026-11-22; benchmarks/RESULTS.md)",
     ),
 }
 
