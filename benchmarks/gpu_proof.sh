@@ -237,7 +237,10 @@ fi
 # Each run is a small host-bound process (the recipe's d_model 128 on 4,096-token batches), so
 # the GPU trains several at once: one snakemake DAG, its train jobs at 1 thread each, up to the
 # dev set's choices (benchmarks/lever_screen.py: no test set is decoded). SCREEN_VARIANTS:
-# "NAME:key=value+key=value ..." (default: the paper's post-LN against the recipe's pre-LN).
+# "NAME:key=value+key=value ..." (default: the paper's post-LN against the recipe's pre-LN;
+# "none": the recipe's experiment alone). A data lever changes the vocabulary the DAG's
+# experiments share, so it runs alone: SCREEN_VARIANTS=none, SCREEN_CONFIG_SET="data.KEY=VALUE
+# ..." and SCREEN_NAME (the experiment's name), e.g. row 18's lowercased 10,000 pieces.
 # Six runs of 9,500 steps take ~11 minutes on an H200 (2026-11-29), more than one call: the
 # first call stops them at its limit (each saves a checkpoint); a second call on the still-warm
 # machine (it goes back after 30 s idle) with SCREEN_RESUME=1 resumes them and ends the DAG.
@@ -249,9 +252,12 @@ else
 rm -rf "$SCREEN" && mkdir -p "$SCREEN"
 VARIANT_ARGS=()
 for spec in ${SCREEN_VARIANTS:-postln:model_overrides.norm_first=false}; do
+    [ "$spec" = none ] && continue
     settings=${spec#*:}
     VARIANT_ARGS+=(--variant "${spec%%:*}" ${settings//+/ })
 done
+[ -n "${SCREEN_CONFIG_SET:-}" ] && VARIANT_ARGS+=(--config-set $SCREEN_CONFIG_SET)
+[ -n "${SCREEN_NAME:-}" ] && VARIANT_ARGS+=(--name "$SCREEN_NAME")
 if [ "$SHRINK" = 1 ]; then
     SETTINGS="train.accelerator=cpu train.precision=32-true train.max_steps=20 train.warmup=5
         train.lr_cooldown_steps=5 train.checkpoint_every_steps=10 train.val_every_steps=10

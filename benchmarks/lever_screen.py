@@ -14,8 +14,12 @@ hour; a lent GPU trains several side by side, each a small host-bound process):
 ``config`` writes a config whose experiments are the recipe's (named ``<experiment>``) and
 each ``--variant NAME key=value ...`` (named ``<experiment>_NAME``: the recipe's experiment with
 those keys set; dotted keys reach into it, values read as YAML), every one with ``seeds:``;
-``--set`` applies to all of them (e.g. the accelerator). The targets file lists each run's
-``alpha_selection.json``: the test sets are not decoded (they are read once, at the end).
+``--set`` applies to all of them (e.g. the accelerator). ``--config-set`` sets keys of the config
+itself, outside the experiments: a data lever (``data.multi30k.en-de.vocab_size=10000``) changes
+the vocabulary every experiment of one DAG shares, so it is screened in a DAG of its own, the
+recipe's experiment renamed with ``--name`` (its numbers then set beside the recipe's by hand).
+The targets file lists each run's ``alpha_selection.json``: the test sets are not decoded (they
+are read once, at the end).
 
 ``summary`` reads each run's dev numbers: dev BLEU at K 1 and alpha 0.6 (the last validation,
 ``average_selection.json``), the dev perplexity at the last validation, dev BLEU after the
@@ -74,16 +78,20 @@ def build_config(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     base.pop("seeds", None)
     for key, value in _settings(args.set or [], "--set"):
         _set_dotted(base, key, value)
-    variants = {name: base}
+    variants = {args.name or name: base}
     for spec in args.variant or []:
         label, settings = spec[0], spec[1:]
         variant = copy.deepcopy(base)
         for key, value in _settings(settings, f"--variant {label}"):
             _set_dotted(variant, key, value)
-        variants[f"{name}_{label}"] = variant
+        variants[f"{args.name or name}_{label}"] = variant
     for variant in variants.values():
         variant["seeds"] = list(args.seeds)
     config = {k: v for k, v in recipe.items() if k != "experiments"}
+    for key, value in _settings(args.config_set or [], "--config-set"):
+        if key.split(".")[0] == "experiments":
+            sys.exit(f"lever_screen: --config-set {key}: an experiment's key; use --set/--variant")
+        _set_dotted(config, key, value)
     config["experiments"] = variants
     if args.data_mirror:
         config["data_mirror"] = args.data_mirror
@@ -205,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     cfg.add_argument("--variant", nargs="+", action="append", metavar="NAME KEY=VALUE")
     cfg.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="applied to every variant")
+    cfg.add_argument(
+        "--config-set", nargs="+", metavar="KEY=VALUE", help="the config's own keys (data.*)"
+    )
+    cfg.add_argument("--name", help="the screened experiment's name (default: the recipe's)")
     cfg.add_argument("--data-mirror")
     cfg.add_argument("--out", required=True)
     summ = sub.add_parser("summary", help="the runs' dev numbers and the adoption rule")

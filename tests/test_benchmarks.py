@@ -320,6 +320,25 @@ def test_lever_screen_builds_each_variant_from_the_recipe_with_seeds(tmp_path):
     assert targets[0] == "results/runs/cpu.seed1/alpha_selection.json" and len(targets) == 6
     with pytest.raises(SystemExit, match="not key=value"):
         screen.main(["config", "--recipe", str(recipe), "--set", "train", "--out", str(out)])
+    # a data lever: the config's own keys, the recipe's experiment renamed, no other variant
+    screen.main([
+        "config", "--recipe", str(recipe), "--seeds", "3", "--name", "cpu_lc10k",
+        "--config-set", "data.multi30k.en-de.vocab_size=10000",
+        "data.multi30k.en-de.lowercase=true",
+        "--out", str(out),
+    ])  # fmt: skip
+    config = yaml.safe_load(out.read_text())
+    assert config["data"] == {"multi30k": {"en-de": {"vocab_size": 10000, "lowercase": True}}}
+    assert list(config["experiments"]) == ["cpu_lc10k"]
+    assert config["experiments"]["cpu_lc10k"]["model_overrides"] == {"norm_first": True}
+    assert (tmp_path / "screen.yaml.targets").read_text().split() == [
+        "results/runs/cpu_lc10k.seed3/alpha_selection.json"
+    ]
+    with pytest.raises(SystemExit, match="an experiment's key"):
+        screen.main([
+            "config", "--recipe", str(recipe), "--config-set", "experiments.cpu.seeds=[1]",
+            "--out", str(out),
+        ])  # fmt: skip
 
 
 def test_lever_screen_adopts_only_above_the_larger_sd_on_both_dev_measures(tmp_path):
