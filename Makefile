@@ -1,6 +1,7 @@
 # Two commands on a fresh machine (README.md, "Quick start"):
 #   make run     # set up .venv on first use, then: snakemake --cores all $(ARGS)
-#   make test    # set up .venv on first use, then: python -m pytest -q
+#   make test    # set up .venv on first use, then: python -m pytest -q, one worker per core
+# make test-fast: the same without the tests marked slow (whole DAGs, clusters, training runs)
 # e.g. make run ARGS="--config data_mirror=../shared/data"
 # VENV picks the virtual environment (CI: VENV=.venv-ci); TORCH_INDEX an index for torch, e.g.
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu for the CPU-only build on Linux (PyPI's
@@ -16,7 +17,7 @@ BIN := $(abspath $(VENV))/bin
 # Snakemake's jobs call `python -m transformer_nmt`: the venv's python must come first.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: install run test lint format ui check-config bench
+.PHONY: install run test test-fast lint format ui check-config bench
 .DEFAULT_GOAL := run
 
 # torch first, pinned, so that installing the package does not pull another build of it
@@ -32,8 +33,17 @@ install: $(VENV)/.installed
 run: install
 	snakemake --cores all $(ARGS)
 
+# pytest-xdist: one worker per core, each test file whole on one worker (its module-scoped
+# fixtures, e.g. a whole DAG, built once), in the order tests/conftest.py gives (the longest
+# first); TEST_WORKERS=0 runs in this process
+TEST_WORKERS ?= auto
+PYTEST := python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+
 test: install
-	python -m pytest -q
+	$(PYTEST)
+
+test-fast: install
+	$(PYTEST) -m "not slow"
 
 # a config's YAML syntax (file:line:column) and keys, e.g. make check-config CONFIG=my.yaml
 CONFIG ?= config/config.yaml

@@ -109,7 +109,30 @@ def two_torch_threads():
         yield
 
 
+# The files that run whole DAGs, longest first (``pytest --durations``: the Table 3 study's DAG,
+# the smoke DAG with its re-runs, the DAGs of the tracking server with credentials, of local
+# data, of the SLURM cluster).
+WHOLE_DAG_FILES = ("test_table3_workflow.py", "test_workflow.py", "test_tracking_auth.py",
+                   "test_local_data.py", "test_slurm.py")  # fmt: skip
+
+
+def _whole_dag_rank(name: str) -> int:
+    return WHOLE_DAG_FILES.index(name) if name in WHOLE_DAG_FILES else len(WHOLE_DAG_FILES)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A pytest-xdist worker (``make test`` starts one per core) computes with one torch thread:
+    # the workers already fill the cores, more threads only spin against each other.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The longest files first (a whole DAG each, then the other slow tests), each kept whole
+    # and in its order: under ``--dist loadfile`` they start at once and the short files fill
+    # the cores behind them.
+    slow_files = {item.path for item in items if "slow" in item.keywords}
+    items.sort(key=lambda item: (_whole_dag_rank(item.path.name), item.path not in slow_files))
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
