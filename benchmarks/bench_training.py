@@ -38,15 +38,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from stage_process import allocator_as_in_the_stages
+from harness import allocator_as_in_the_stages, machine, write_result
 
 from transformer_nmt.model.config import ModelConfig, get_preset
 from transformer_nmt.model.transformer import Transformer
@@ -340,15 +338,6 @@ def fused_loss(args: argparse.Namespace, device: str) -> bool:
     return fused_loss_wanted(setting, torch.device(device))
 
 
-def cpu_has_bf16() -> bool | None:
-    """Whether the CPU has native bf16 arithmetic (AVX512-BF16 or AMX), from /proc/cpuinfo."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return None
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def detect_peak_tflops() -> float | None:
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
     for key, value in PEAK_BF16_TFLOPS.items():
@@ -507,18 +496,18 @@ def main() -> None:
             f"{peak:.4g} TFLOP/s"
         )
     out = args.out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    info = machine()
     meta = {
         "torch": torch.__version__,
-        "machine": platform.machine(),
+        "machine": info,
         "cpu_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "load_average_1min": [load_before, os.getloadavg()[0]],
-        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "gpu": info["gpu"],
         "cpu_peak_tflops_measured": cpu_peaks,
-        "cpu_flags_bf16": cpu_has_bf16(),
+        "cpu_flags_bf16": info["cpu_bf16"] not in ("none", "unknown"),
     }
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    write_result(out, {"meta": meta, "rows": rows})
     print(f"1-min load average before/after: {load_before:.2f} / {os.getloadavg()[0]:.2f}")
     print(f"wrote {out}")
 
