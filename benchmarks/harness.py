@@ -8,10 +8,11 @@ the Snakefile's rules use: ``Pipeline.train_command`` (the train rule's ``TRAIN_
 rule, so a renamed flag or setting fails a benchmark's tests instead of its numbers.
 
 ``benchmarks/`` is not a package: a script imports this module from its own directory (Python
-puts a script's directory first on ``sys.path``); it imports no benchmark script. It imports
-nothing of the checkout at import time and leaves ``sys.path`` alone there: ``bench_ab.py`` runs
-the timing scripts against another source tree through ``PYTHONPATH``. ``load_experiment`` puts
-this checkout's ``src/`` first, as the Snakefile does.
+puts a script's directory first on ``sys.path``); of the other modules there it imports only
+``record_claims`` (the records' format). It imports nothing of the checkout at import time and
+leaves ``sys.path`` alone there: ``bench_ab.py`` runs the timing scripts against another source
+tree through ``PYTHONPATH``. ``load_experiment`` puts this checkout's ``src/`` first, as the
+Snakefile does.
 """
 
 from __future__ import annotations
