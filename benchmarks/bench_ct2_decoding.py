@@ -52,7 +52,7 @@ from transformer_nmt.io_utils import read_lines, write_json
 from transformer_nmt.runs.checkpoints import save_model_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stage_process import allocator_as_in_the_stages, machine  # noqa: E402
+from harness import allocator_as_in_the_stages, machine  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out" / "ct2_decoding.json"
 

@@ -44,11 +44,11 @@ import threading
 import time
 from pathlib import Path
 
+import harness
 import numpy as np
 import yaml
+from harness import OUT, REPO
 
-REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "benchmarks" / "out"
 H100_TOKENS_PER_S = 300_000
 RECIPES = {
     "en-de": REPO / "config" / "experiments" / "wmt14_en_de_base.yaml",
@@ -304,7 +304,6 @@ def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path
     facts: dict = {"generate_seconds": time.perf_counter() - t0, "layout": pair}
     facts["corpora"] = {c["name"]: n for c, n in shares}
     valid = {"name": "synthetic_valid", **{x: side(f"valid.{x}", None) for x in langs}}
-    py = [sys.executable, "-m", "transformer_nmt"]
     handler = functools.partial(_QuietHandler, directory=str(site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -315,11 +314,7 @@ def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path
         registry.write_text(yaml.safe_dump({"synth": {"files": files, "pairs": {
             pair: {"splits": {"train": corpora, "valid": [valid]}}}}}))  # fmt: skip
         stages = {}
-        stages["download"] = run_stage(
-            "download",
-            py + ["download", "--registry", str(registry), "--dataset", "synth"]
-            + ["--out-dir", str(raw)],
-        )  # fmt: skip
+        stages["download"] = run_stage("download", harness.download_command(registry, "synth", raw))
     finally:
         server.shutdown()
         server.server_close()
@@ -331,10 +326,7 @@ def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path
         name = "prepare" if len(counts) == 1 else f"prepare_workers{workers}"
         out = data if workers == counts[-1] else root / f"data{workers}"
         stages[name] = run_stage(
-            name,
-            py
-            + ["prepare", "--registry", str(registry), "--dataset", "synth", "--pair", pair]
-            + ["--raw-dir", str(raw), "--out-dir", str(out), "--workers", str(workers)],
+            name, harness.prepare_command(registry, "synth", pair, raw, out, workers)
         )
         facts[f"{name}_pairs_per_s"] = args.pairs / stages[name]["seconds"]
     if len(counts) > 1:
@@ -348,23 +340,18 @@ def run_pipeline(args: argparse.Namespace, root: Path) -> tuple[dict, dict, Path
     report = json.loads((data / "clean_report.json").read_text())
     facts["kept_after_cleaning"] = kept = report["splits"]["train"]["kept"]
     facts["dropped"] = report["splits"]["train"]["dropped"]
+    inputs = [data / f"train.{x}" for x in langs]
     stages["spm_train"] = run_stage(
         "spm-train",
-        py
-        + ["spm-train", "--inputs", *(str(data / f"train.{x}") for x in langs)]
-        + ["--vocab-size", str(args.vocab_size), "--sample-sentences", str(args.spm_sample)]
-        + ["--seed", "1", "--model-prefix", str(spm_dir / "spm")],
+        harness.spm_train_command(inputs, args.vocab_size, args.spm_sample, 1, spm_dir / "spm"),
     )
-    texts = [str(data / f"{s}.{lang}") for s in ("train", "valid") for lang in langs]
+    texts = [data / f"{s}.{lang}" for s in ("train", "valid") for lang in langs]
     counts = args.encode_workers or [args.workers]
     for workers in counts:  # the last one's arrays feed the loaders
         bin_dir = root / f"bin{workers}"
         name = "encode" if len(counts) == 1 else f"encode_workers{workers}"
         stages[name] = run_stage(
-            name,
-            py
-            + ["encode", "--spm-model", str(spm_dir / "spm.model"), "--inputs", *texts]
-            + ["--out-dir", str(bin_dir), "--workers", str(workers)],
+            name, harness.encode_command(spm_dir / "spm.model", texts, bin_dir, workers)
         )
         facts[f"{name}_sentences_per_s"] = 2 * (kept + 3000) / stages[name]["seconds"]
         if workers != counts[-1]:
@@ -476,8 +463,7 @@ def main() -> int:
         },
         "settings": vars(args),
     }
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "data.json").write_text(json.dumps(results, indent=2) + "\n")
+    harness.write_result(OUT / "data.json", results)
 
     gib = 2**30
     tokens = results["train_tokens_both_sides"]

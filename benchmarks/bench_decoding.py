@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
 import torch
-from stage_process import allocator_as_in_the_stages
+from harness import allocator_as_in_the_stages, machine
 
 from transformer_nmt.model.config import get_preset
 from transformer_nmt.model.transformer import Transformer
@@ -165,7 +164,7 @@ def main() -> None:
     payload = {
         "benchmark": "decoding",
         "device": str(device),
-        "cpu": platform.processor() or platform.machine(),
+        "machine": machine(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "batch": args.batch,

@@ -34,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path[:0] = [str(REPO / "src")]
-from stage_process import machine  # noqa: E402
+from harness import machine  # noqa: E402
 
 from transformer_nmt.fast_paths import ENV, FAST_PATHS  # noqa: E402
 

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_ct2_decoding import timed  # noqa: E402
-from stage_process import machine  # noqa: E402
+from harness import machine  # noqa: E402
 
 from transformer_nmt.inference.translator import Translator  # noqa: E402
 from transformer_nmt.io_utils import read_lines, write_json  # noqa: E402

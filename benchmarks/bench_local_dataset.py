@@ -15,17 +15,14 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
-from stage_process import machine
+from harness import REPO, machine, run_dag, write_result
 
-REPO = Path(__file__).resolve().parent.parent
 LOCAL_NAME = "multi30k_local"
 
 
@@ -50,21 +47,6 @@ def local_config(config: dict[str, Any], mirror: Path) -> dict[str, Any]:
         exp["dataset"] = LOCAL_NAME
     out["data_mirror"] = None
     return out
-
-
-def run_dag(config: dict[str, Any], workdir: Path, mirror: Path | None) -> float:
-    """The whole DAG of ``config`` in ``workdir``; returns its minutes."""
-    workdir.mkdir(parents=True)
-    path = workdir / "config.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "all"]
-    cmd += ["--configfile", str(path), "--quiet", "rules"]
-    if mirror is not None:
-        cmd += ["--config", f"data_mirror={mirror}"]
-    env_path = f"{Path(sys.executable).parent}:{subprocess.os.environ.get('PATH', '')}"
-    start = time.perf_counter()
-    subprocess.run(cmd, cwd=workdir, check=True, env={**subprocess.os.environ, "PATH": env_path})
-    return (time.perf_counter() - start) / 60
 
 
 def main() -> None:
@@ -108,7 +90,6 @@ def main() -> None:
               + f" {r['same_hypotheses']!s:>12}")  # fmt: skip
     print(f"minutes per DAG: registry {minutes['registry']:.1f}, local {minutes['local']:.1f}")
     print("identical to the last digit" if same else "DIFFERENT")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "command": " ".join(["python", *sys.argv]),
         "machine": machine(),
@@ -116,7 +97,7 @@ def main() -> None:
         "rows": rows,
         "identical": same,
     }
-    args.out.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    write_result(args.out, record)
     print(f"wrote {args.out}")
     sys.exit(0 if same else 1)
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -56,6 +55,7 @@ from transformer_nmt.model.positional import sinusoidal_encoding
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_peer_training import PEERS, REPO, piece_names  # noqa: E402
+from harness import machine  # noqa: E402
 
 OUT = REPO / "benchmarks" / "out" / "peer_decoding_eole.json"
 EOLE_POSITIONS = 5000  # rows of eole's sinusoid buffers (its default max_len)
@@ -330,7 +330,7 @@ def main() -> int:
             "benchmark": "peer_decoding",
             "peer": f"eole {version}",
             "date": time.strftime("%Y-%m-%d %H:%M"),
-            "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+            "machine": machine(),
             "loadavg_before": load_before,
             "loadavg_after": os.getloadavg(),
             "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},

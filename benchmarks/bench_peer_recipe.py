@@ -69,7 +69,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -79,12 +78,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import build_data, data_paths, load_experiment  # noqa: E402
-from stage_process import machine  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
-OUT = REPO / "benchmarks" / "out"
+import harness
+from harness import OUT, REPO, Experiment
 
 # Wu et al. 2021's command (README-baseline.md) and their fork's defaults it relies on.
 WU2021 = {
@@ -251,7 +246,8 @@ def translate(args, model: Path, subset: str, test_set: str, ctx: dict, tag: str
     except ValueError as err:
         sys.exit(f"{model} on {subset}: {err}; its output is not fairseq-generate's H- lines")
     hyp.write_text("".join(codec.decode(line) + "\n" for line in pieces), encoding="utf-8")
-    scores = score_hyp(hyp, test_set, ctx["paths"], work, f"{tag}.sacrebleu")
+    ref = ctx["refs"][test_set]
+    scores = score_hyp(hyp, test_set, ctx["exp"], work, f"{tag}.sacrebleu", ref)
     scores.update(translate_seconds=seconds, unknown_pieces=codec.unknown)
     cached.write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
     return scores
@@ -282,19 +278,19 @@ def ours_side(run_dir: Path, test_sets: list[str]) -> dict[str, Any]:
             "train_wall_seconds": summary.get("wall_seconds")}  # fmt: skip
 
 
-def prepare(args, paths: dict[str, Any], run_dir: Path, sets: list[str]) -> dict[str, Any]:
+def prepare(args, exp: Experiment, run_dir: Path, sets: list[str]) -> dict[str, Any]:
     """The peer's data: our training ids as pieces, the dev and test sets encoded by our
     SentencePiece model as pieces, binarised with our dictionary (fairseq's valid, test,
     test1, ...)."""
     from bench_peer_training import PieceCodec, fairseq_binarise, write_peer_data
 
     data_dir = run_dir / "data"
-    codec = PieceCodec(REPO / paths["spm"])
+    codec = PieceCodec(REPO / exp.spm)
     bin_dir = run_dir / "fairseq_bin"
     sentences = {}
     for test_set in sets:
-        for lang in (paths["src"], paths["tgt"]):
-            lines = (REPO / paths["text"](test_set, lang)).read_text("utf-8").splitlines()
+        for lang in (exp.src, exp.tgt):
+            lines = (REPO / exp.text(test_set, lang)).read_text("utf-8").splitlines()
             lines = lines[: args.sentences or None]
             sentences[test_set] = len(lines)
             data_dir.mkdir(parents=True, exist_ok=True)
@@ -304,18 +300,18 @@ def prepare(args, paths: dict[str, Any], run_dir: Path, sets: list[str]) -> dict
             (data_dir / f"{test_set}.text.{lang}").write_text(
                 "".join(line + "\n" for line in lines), encoding="utf-8"
             )
-    if not (bin_dir / f"dict.{paths['src']}.txt").exists():  # fairseq-preprocess not done yet
-        data = write_peer_data(paths, data_dir)
-        data.update(dir=data_dir, src=paths["src"], tgt=paths["tgt"])
+    if not (bin_dir / f"dict.{exp.src}.txt").exists():  # fairseq-preprocess not done yet
+        data = write_peer_data(exp, data_dir)
+        data.update(dir=data_dir, src=exp.src, tgt=exp.tgt)
         tmp = bin_dir.with_name(bin_dir.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         fairseq_binarise(args, data, tmp, valid=sets[0], tests=tuple(sets[1:]))
         tmp.replace(bin_dir)
     subsets = {sets[0]: "valid", **{s: "test" + (str(i) if i else "") for i, s in
                                     enumerate(sets[1:])}}  # fmt: skip
-    texts = {**paths, "text": lambda split, lang: str(data_dir / f"{split}.text.{lang}")}
+    refs = {test_set: str(data_dir / f"{test_set}.text.{exp.tgt}") for test_set in sets}
     return {"bin_dir": bin_dir, "codec": codec, "sentences": sentences, "subsets": subsets,
-            "src": paths["src"], "tgt": paths["tgt"], "paths": texts}  # fmt: skip
+            "src": exp.src, "tgt": exp.tgt, "exp": exp, "refs": refs}  # fmt: skip
 
 
 def main() -> int:
@@ -369,26 +365,26 @@ def main() -> int:
     args = parser.parse_args()
     if not (args.peer_venv / "bin" / "fairseq-train").exists():
         sys.exit(f"{args.peer_venv}: no fairseq there; run benchmarks/peers/install_fairseq.sh")
-    from bench_peer_training import peer_version, thread_env
+    from bench_peer_training import peer_version
     from bench_time_to_bleu import minutes_to_bleu, plot, run_for_budget
 
-    os.environ.update(thread_env(args.threads))  # fairseq's processes and our stages alike
+    os.environ.update(harness.thread_env(args.threads))  # fairseq's processes and our stages alike
     # fairseq 0.12 reads its checkpoints (an argparse.Namespace inside) with torch.load's
     # default, weights_only since torch 2.6: resuming and fairseq-generate fail. The files are
     # this run's own. (Our score stage, the only other process started here, loads no tensors.)
     os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
 
     config_path = args.config.resolve()
-    name, exp = load_experiment(config_path, args.experiment)
-    paths = data_paths(exp)
-    sets = ["valid", *exp["test_sets"]]
+    exp = harness.load_experiment(config_path, args.experiment)
+    name = exp.name
+    sets = ["valid", *exp.settings["test_sets"]]
     run_dir = OUT / "peer_recipe" / args.name
     if run_dir.exists() and not args.resume:
         sys.exit(f"{run_dir} exists: --resume to go on with it, or move it aside")
     work = run_dir / "eval"
     work.mkdir(parents=True, exist_ok=True)
-    build_data(config_path, paths, sets, args.data_mirror)
-    ctx = prepare(args, paths, run_dir, sets)
+    harness.build_data(exp, sets, args.data_mirror)
+    ctx = prepare(args, exp, run_dir, sets)
     ctx["work"] = work
 
     # --- training, in as many invocations as it takes ----------------------------------------
@@ -410,7 +406,7 @@ def main() -> int:
         log = run_dir / "train.log"
         print(f"fairseq-train for at most {args.minutes:g} minutes; log {log}", flush=True)
         # invocations may run on different days and hosts: each names its own machine
-        segment = {"started": time.time(), "machine": machine()}
+        segment = {"started": time.time(), "machine": harness.machine()}
         state["segments"].append(segment)
         state_path.write_text(json.dumps(state, indent=2) + "\n")
         cmd = [str(args.peer_venv / "bin" / "fairseq-train"), *train_args]
@@ -456,7 +452,7 @@ def main() -> int:
             final["scores"][test_set] = translate(args, averaged, ctx["subsets"][test_set],
                                                   test_set, ctx, "avg")  # fmt: skip
 
-    ours = ours_side(args.ours.resolve(), exp["test_sets"]) if args.ours else None
+    ours = ours_side(args.ours.resolve(), exp.settings["test_sets"]) if args.ours else None
     curves = {"fairseq (Wu et al. 2021)": [(r["minutes"], r["valid"]["bleu"]) for r in rows]}
     if ours:
         curves["ours (CPU recipe)"] = [(m, b) for m, b, _ in ours["curve"]]
@@ -484,13 +480,13 @@ def main() -> int:
         "peer": peer_version(args.peer_venv, "fairseq-fixed"),
         "recipe": {**WU2021, "update_freq": args.update_freq, "max_update": args.max_update},
         "config": str(config_path), "experiment": name, "threads": args.threads,
-        "machine": {**machine(), "platform": platform.platform()},
+        "machine": harness.machine(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "state": state, "rows": rows, "final": final, "ours": ours,
         "minutes_to_dev_bleu": reached, "ours_over_peer_minutes": ratios,
     }  # fmt: skip
     out = OUT / f"peer_recipe_{args.name}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    harness.write_result(out, result)
     figure = out.with_suffix(".png")
     plot(curves, args.targets[0], "valid", figure, "Multi30k dev BLEU against training minutes")
     print(f"wrote {out} and {figure}")

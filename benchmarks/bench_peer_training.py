@@ -63,34 +63,27 @@ Usage: ``python benchmarks/bench_peer_training.py [--peer fairseq] [--steps 150]
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
-import platform
 import re
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import harness
 import yaml
+from harness import OUT, REPO, Experiment, run_logged, summarise, thread_env
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import build_data, data_paths, load_experiment  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
-OUT = REPO / "benchmarks" / "out"
 PEERS = REPO / "benchmarks" / "peers"
 EXPERIMENT = "multi30k_en_de_tiny"
 # --precision: (our train.precision, eole's compute_dtype)
 PRECISIONS = {"fp32": ("32-true", "fp32"), "bf16": ("bf16-mixed", "bf16")}
-
-# "step 50/150 (33%)  elapsed 0m41s  eta 1m22s  loss 6.1234  lr ...  tgt tok/s 2412"
-OURS_LINE = re.compile(r"step (\d+)/\d+ .*?loss ([0-9.]+).*?tgt tok/s (\d+)")
 # "Step 50/  150; acc: 12.3; ppl: 456.78; xent: 6.12; ...; bsz: 1234/1200/90; 1500/1400 tok/s;"
 EOLE_LINE = re.compile(
     r"Step\s+(\d+)/\s*\d+; .*?xent: ([0-9.]+);.*?bsz:\s*([0-9.]+)/\s*([0-9.]+)/\s*([0-9.]+);"
@@ -147,16 +140,16 @@ class PieceCodec:
         return self.sp.decode([i for i in ids if i is not None])
 
 
-def write_peer_data(paths: dict[str, Any], out: Path) -> dict[str, Any]:
+def write_peer_data(exp: Experiment, out: Path) -> dict[str, Any]:
     """``train.{src,tgt}`` as pieces of our token arrays, and ``vocab.txt`` (piece, tab, count)."""
     from transformer_nmt.data.token_array import TokenArray
 
     out.mkdir(parents=True, exist_ok=True)
-    names = piece_names(REPO / paths["spm"])
+    names = piece_names(REPO / exp.spm)
     counts = [0] * len(names)
     sizes = {}
-    for lang in (paths["src"], paths["tgt"]):
-        array = TokenArray(REPO / paths["bin_dir"] / f"train.{lang}")
+    for lang in (exp.src, exp.tgt):
+        array = TokenArray(REPO / exp.bin_dir / f"train.{lang}")
         tmp = out / f"train.{lang}.tmp"
         with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
             for ids in array:
@@ -171,7 +164,7 @@ def write_peer_data(paths: dict[str, Any], out: Path) -> dict[str, Any]:
     vocab.write_text("".join(f"{n}\t{c}\n" for n, c in zip(names, counts, strict=True)), "utf-8")
     # fairseq's: "piece count" lines after its own four specials (ours under the same names)
     if sorted(FAIRSEQ_SPECIALS) != sorted(n for n in names if n in FAIRSEQ_SPECIALS):
-        sys.exit(f"{paths['spm']}: expected the specials {FAIRSEQ_SPECIALS} among the pieces")
+        sys.exit(f"{exp.spm}: expected the specials {FAIRSEQ_SPECIALS} among the pieces")
     rows = [(n, c) for n, c in zip(names, counts, strict=True) if n not in FAIRSEQ_SPECIALS]
     fairseq_dict = out / "dict.txt"
     fairseq_dict.write_text("".join(f"{n} {max(c, 1)}\n" for n, c in rows), "utf-8")
@@ -205,19 +198,9 @@ def fairseq_binarise(args, data: dict[str, Any], dest: Path, valid: str = "",
 # --- runs ---------------------------------------------------------------------------------------
 
 
-def thread_env(threads: int) -> dict[str, str]:
-    env = dict(os.environ)
-    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[key] = str(threads)
-    env["PYTHONPATH"] = str(REPO / "src")
-    return env
-
-
-def run_ours(args, paths: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    model = {
-        "preset": "tiny",
-        "overrides": {"norm_first": True, "p_drop_relu": args.ours_relu_dropout},
-    }
+def ours(args) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Our side's model and training (the module doc), in place of the demo experiment's."""
+    model_overrides = {"norm_first": True, "p_drop_relu": args.ours_relu_dropout}
     train = {
         "max_steps": args.steps,
         "max_tokens": args.max_tokens,
@@ -235,21 +218,13 @@ def run_ours(args, paths: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         "log_every_steps": args.log_every,
         "num_workers": 0,
     }
-    cmd = [
-        sys.executable, "-m", "transformer_nmt", "train", "--bin-dir", paths["bin_dir"],
-        "--spm-model", paths["spm"], "--src", paths["src"], "--tgt", paths["tgt"],
-        "--run-dir", str(run_dir), "--model", json.dumps(model), "--train", json.dumps(train),
-    ]  # fmt: skip
-    log, cpu = run(cmd, run_dir, args.threads, OURS_LINE)
-    windows = [
-        {"step": int(m[1]), "loss": float(m[2]), "tgt_tokens_per_s": float(m[3])}
-        for m in OURS_LINE.finditer(log)
-    ]
-    summary = json.loads((run_dir / "train_summary.json").read_text(encoding="utf-8"))
-    tgt_per_batch = summary["train_tokens_this_job"]["tgt"] / summary["final_step"]
-    for w in windows:  # our log has no per-window token count: the run's mean batch
-        w["tgt_tokens"] = tgt_per_batch * args.log_every
-    return summarise(windows, cpu, args, tgt_per_batch)
+    return lambda exp: {**exp, "preset": "tiny", "model_overrides": model_overrides, "train": train,
+                        "average_last_k": 1}  # fmt: skip
+
+
+def run_ours(args, exp: Experiment, run_dir: Path) -> dict[str, Any]:
+    cmd = harness.train_command(exp, run_dir)
+    return harness.timed_train(cmd, run_dir, args.threads, args.steps, args.log_every)
 
 
 def fairseq_args(args, data: dict[str, Any], bin_dir: Path) -> list[str]:
@@ -280,7 +255,7 @@ def fairseq_args(args, data: dict[str, Any], bin_dir: Path) -> list[str]:
 
 def run_fairseq(args, train_args: list[str], run_dir: Path) -> dict[str, Any]:
     cmd = [str(args.peer_venv / "bin" / "fairseq-train"), *train_args]
-    log, cpu = run(cmd, run_dir, args.threads, FAIRSEQ_LINE)
+    log, cpu = run_logged(cmd, run_dir, args.threads, FAIRSEQ_LINE)
     windows = [
         {
             "step": int(m[4]),
@@ -291,7 +266,7 @@ def run_fairseq(args, train_args: list[str], run_dir: Path) -> dict[str, Any]:
         for m in FAIRSEQ_LINE.finditer(log)
     ]
     tgt_per_batch = sum(w["tgt_tokens"] for w in windows) / max(windows[-1]["step"], 1)
-    return summarise(windows, cpu, args, tgt_per_batch)
+    return summarise(windows, cpu, args.steps, args.log_every, tgt_per_batch)
 
 
 # What our runs depend on: an earlier output with these settings equal measured the same runs.
@@ -321,7 +296,7 @@ def reused_ours_runs(path: Path, args) -> list[dict[str, Any]]:
 
 def run_peer(args, cfg_path: Path, run_dir: Path) -> dict[str, Any]:
     cmd = [str(args.peer_venv / "bin" / "eole"), "train", "-config", str(cfg_path)]
-    log, cpu = run(cmd, run_dir, args.threads, EOLE_LINE)
+    log, cpu = run_logged(cmd, run_dir, args.threads, EOLE_LINE)
     windows = [
         {
             "step": int(m[1]),
@@ -332,78 +307,7 @@ def run_peer(args, cfg_path: Path, run_dir: Path) -> dict[str, Any]:
         for m in EOLE_LINE.finditer(log)
     ]
     tgt_per_batch = sum(w["tgt_tokens"] for w in windows) / max(windows[-1]["step"], 1)
-    return summarise(windows, cpu, args, tgt_per_batch)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a running process, all its threads (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def peak_rss_bytes(pid: int) -> int:
-    """The process's peak resident memory so far (VmHWM of /proc/PID/status)."""
-    for row in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if row.startswith("VmHWM:"):
-            return int(row.split()[1]) * 1024
-    return 0
-
-
-def run(
-    cmd: list[str],
-    run_dir: Path,
-    threads: int,
-    line: re.Pattern,
-    peak: dict[str, int] | None = None,
-    env: dict[str, str] | None = None,
-) -> tuple[str, list[float]]:
-    """Run ``cmd`` in the repository root; its combined output (kept in ``run_dir/train.log``)
-    and the process's CPU seconds when each log line matching ``line`` appeared (polled every
-    0.1 s): CPU time, unlike wall time, barely counts the other jobs on a shared machine.
-    ``peak``: gets the process's peak RSS (``"rss_bytes"``) as last polled; ``env``: more
-    environment variables."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log_path = run_dir / "train.log"
-    cpu: list[float] = []
-    with open(log_path, "w", encoding="utf-8") as handle:
-        proc = subprocess.Popen(
-            cmd, cwd=REPO, env={**thread_env(threads), **(env or {})}, stdout=handle,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        while proc.poll() is None:
-            time.sleep(0.1)
-            if peak is not None:
-                with contextlib.suppress(OSError):
-                    peak["rss_bytes"] = max(peak.get("rss_bytes", 0), peak_rss_bytes(proc.pid))
-            seen = len(line.findall(log_path.read_text(encoding="utf-8", errors="replace")))
-            if seen > len(cpu):
-                try:
-                    now = cpu_seconds(proc.pid)
-                except (OSError, IndexError):  # it ended between poll() and the read
-                    break
-                cpu += [now] * (seen - len(cpu))
-    text = log_path.read_text(encoding="utf-8", errors="replace")
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd[:3])} failed ({proc.returncode}); log {log_path}:\n{text[-3000:]}")
-    return text, cpu
-
-
-def summarise(windows: list[dict], cpu: list[float], args, tgt_per_batch: float) -> dict:
-    expected = args.steps // args.log_every
-    if len(windows) < expected or len(windows) < 2 or len(cpu) < len(windows):
-        sys.exit(f"expected {expected} log windows, parsed {len(windows)}: see the run's train.log")
-    for w, before, after in zip(windows[1:], cpu, cpu[1:], strict=False):
-        w["cpu_seconds"] = after - before
-        w["tgt_tokens_per_cpu_s"] = w["tgt_tokens"] / max(after - before, 1e-9)
-    steady = windows[1:]
-    return {
-        "windows": windows,
-        "tgt_tokens_per_s": statistics.median(w["tgt_tokens_per_s"] for w in steady),
-        "tgt_tokens_per_cpu_s": statistics.median(w["tgt_tokens_per_cpu_s"] for w in steady),
-        "final_loss": windows[-1]["loss"],
-        "final_step": windows[-1]["step"],
-        "tgt_tokens_per_batch": tgt_per_batch,
-    }
+    return summarise(windows, cpu, args.steps, args.log_every, tgt_per_batch)
 
 
 def peer_config(args, data: dict[str, Any], work: Path) -> dict[str, Any]:
@@ -502,15 +406,13 @@ def main() -> int:
         sys.exit(f"{args.peer_venv}: no {program.name} there; run "
                  f"benchmarks/peers/install_{args.peer}.sh")  # fmt: skip
 
-    config_path = REPO / "config" / "config.yaml"
-    _, exp = load_experiment(config_path, EXPERIMENT)
-    paths = data_paths(exp)
-    build_data(config_path, paths, [], args.data_mirror)
+    exp = harness.load_experiment(REPO / "config" / "config.yaml", EXPERIMENT, ours(args))
+    harness.build_data(exp, [], args.data_mirror)
     work = OUT / "peer_training"
     if work.exists():
         shutil.rmtree(work)
-    data = write_peer_data(paths, work / "data")
-    data.update(dir=work / "data", src=paths["src"], tgt=paths["tgt"])
+    data = write_peer_data(exp, work / "data")
+    data.update(dir=work / "data", src=exp.src, tgt=exp.tgt)
     cfg_path = work / "eole_tiny.yaml"
     if args.peer == "eole":
         cfg_path.write_text(yaml.safe_dump(peer_config(args, data, work), sort_keys=False), "utf-8")
@@ -530,7 +432,7 @@ def main() -> int:
             load = os.getloadavg()[0]
             started = time.perf_counter()
             if who == "ours":
-                row = run_ours(args, paths, run_dir)
+                row = run_ours(args, exp, run_dir)
             elif args.peer == "fairseq":
                 row = run_fairseq(args, train_args, run_dir)
             else:
@@ -575,7 +477,7 @@ def main() -> int:
         "benchmark": "peer_training",
         "peer": peer,
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": harness.machine(),
         "loadavg_before": load_before,
         "loadavg_after": load_after,
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
@@ -589,10 +491,7 @@ def main() -> int:
         "ratio_ours_over_peer": ratio,
         "cpu_ratio_ours_over_peer": cpu_ratio,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(args.out)
+    harness.write_result(args.out, payload)
     print(f"wrote {args.out}")
     return 0
 

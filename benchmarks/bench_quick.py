@@ -36,7 +36,6 @@ durations on 2 cores (``LONG``).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import re
@@ -48,12 +47,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness
 import yaml
-from bench_local_dataset import run_dag
-from record_claims import RECORDS, load_records, stale_claims
-from stage_process import machine
+from harness import REPO, machine, machine_key, python_env, run_dag
+from record_claims import load_records, stale_claims
 
-REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "benchmarks"
 PARTS = ("demo", "ct2", "peer", "fairseq")
 # part -> (peer toolkit, its program in the venv, precisions compared, record name prefix)
@@ -96,36 +94,13 @@ LONG = [
 ]  # fmt: skip
 
 
-def machine_key(info: dict[str, Any]) -> str:
-    """The CPU class a figure belongs to: the vendor's line (xeon, epyc, else the model name)
-    and what decides our CPU paths (``_amx``; nothing for AVX512-BF16; ``_avx512`` for AVX512
-    without bf16, torch's AVX512 kernels in fp32; ``_avx2``; ``_base``)."""
-    model = info["cpu"].lower()
-    vendor = next((v for v in ("xeon", "epyc") if v in model), None)
-    vendor = vendor or re.sub(r"[^a-z0-9]+", "_", model).strip("_")[:24] or "cpu"
-    flags = set(info["flags"])
-    tier = ("_amx" if "amx_bf16" in flags else "" if "avx512_bf16" in flags
-            else "_avx512" if "avx512f" in flags
-            else "_avx2" if "avx2" in flags else "_base")  # fmt: skip
-    return vendor + tier
-
-
-def _python_env() -> dict[str, str]:
-    """The benchmarks' subprocesses run ``python``: this interpreter's first on PATH."""
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    return env
-
-
 def run_demo(mirror: Path | None, workdir: Path) -> dict[str, Any]:
     """The demo's whole DAG in ``workdir`` (downloads from ``mirror`` when given): its
     figures and where its model is."""
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text(encoding="utf-8"))
     ((name, exp),) = config["experiments"].items()
     print(f"[demo] the whole DAG of config/config.yaml in {workdir}", flush=True)
-    dag_seconds = (
-        run_dag(config, workdir, mirror) * 60
-    )  # the snakemake run bench_local_dataset does
+    dag_seconds = run_dag(config, workdir, mirror) * 60
     # The largest resident set of any process the DAG ran (Linux: kilobytes).
     peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 / 1e9
     run_dir = workdir / "results" / "runs" / name
@@ -176,7 +151,7 @@ def run_ct2(model: dict[str, Path], out_dir: Path) -> dict[str, Any]:
                "--sentences", "1000", "--runs", "3", "--threads", "1", "2",
                "--quantize", quantize, "--ct2-best", "--out", str(out)]  # fmt: skip
         print(f"[ct2] {quantize}", flush=True)
-        subprocess.run(cmd, check=True, env=_python_env())
+        subprocess.run(cmd, check=True, env=python_env())
         for best in json.loads(out.read_text(encoding="utf-8"))["best"]:
             key = f"{cls}_{best['threads']}t"
             values[f"ours_{key}"] = round(best["torch_sentences_per_s"], 1)
@@ -224,7 +199,7 @@ def run_peer(part: str, out_dir: Path, mirror: Path | None) -> dict[str, Any] | 
                 break
         print(f"[{part}] {precision}" + (f", ours from {ours_from.name}" if ours_from else ""),
               flush=True)  # fmt: skip
-        subprocess.run(cmd, check=True, env=_python_env())
+        subprocess.run(cmd, check=True, env=python_env())
         result = json.loads(out.read_text(encoding="utf-8"))
         values[f"ours_{precision}"] = round(result["median"]["ours"]["tgt_tokens_per_s"])
         values[f"{name}_{precision}"] = round(result["median"]["peer"]["tgt_tokens_per_s"])
@@ -262,30 +237,8 @@ def duration_record(seconds: dict[str, float]) -> dict[str, Any]:
 
 
 def write_record(name: str, result: dict[str, Any], info: dict[str, Any]) -> None:
-    """``result`` as record ``name``, keeping the claims of the record already there."""
-    path = RECORDS / f"{name}.json"
-    old = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    record = {
-        "what": result["what"],
-        "values": result["values"],
-        "derived": result.get("derived", {}),
-        "claims": old.get("claims", {}),
-        "command": result["command"],
-        "commit": info["commit"],
-        "machine": {
-            "cpu_model": info["cpu"],
-            "cpu_flags": " ".join(info["flags"]),
-            "cores": info["cores"],
-        },  # fmt: skip
-        "date": datetime.date.today().isoformat(),
-        "runs": result["runs"],
-        "spread": result["spread"],
-        "source": "make bench (benchmarks/bench_quick.py)",
-    }
-    record.update({k: v for k, v in result.items() if k not in record and k != "model"})
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    """``result`` as record ``name`` (``harness.write_record``: its claims kept)."""
+    path = harness.write_record(name, result, info, "make bench (benchmarks/bench_quick.py)")
     print(f"wrote {path}", flush=True)
 
 

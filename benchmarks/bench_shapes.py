@@ -11,7 +11,7 @@ real target tokens/s (the first window, start-up, left out), the same per CPU-se
 process, and its peak RSS (VmHWM). Per setting: the median over runs, and the distinct
 (source, target) batch shapes and the share of computed tokens that are padding in one epoch
 (from the training data loader itself, no training). Printed as a table; written to
-``benchmarks/out/shapes.json`` with the CPU model, its bf16 flags, the load average and date.
+``benchmarks/out/shapes.json`` with the machine (``harness.machine``), the load average and date.
 
 Usage (repository root, the project's environment):
 ``python benchmarks/bench_shapes.py --data-mirror ../shared/data [--steps 100] [--runs 2]``
@@ -23,45 +23,24 @@ import argparse
 import collections
 import json
 import os
-import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_peer_training import OURS_LINE, run, summarise  # noqa: E402
-from common import build_data, data_paths, load_experiment, train_settings  # noqa: E402
+import harness
+from harness import OUT, REPO, Experiment
 
-REPO = Path(__file__).resolve().parent.parent
-OUT = REPO / "benchmarks" / "out"
 EXPERIMENT = "multi30k_en_de_tiny"
 
 
-def cpu_description() -> dict[str, Any]:
-    """The CPU model and which bf16 instructions it has (/proc/cpuinfo)."""
-    model, flags = platform.processor() or "unknown", set()
-    try:
-        for row in Path("/proc/cpuinfo").read_text().splitlines():
-            if row.startswith("model name") and model in ("unknown", ""):
-                model = row.split(":", 1)[1].strip()
-            if row.startswith("flags"):
-                flags = set(row.split(":", 1)[1].split())
-    except OSError:
-        pass
-    bf16 = sorted(flags & {"amx_bf16", "avx512_bf16", "avx2"})
-    return {"model": model, "flags": bf16, "cores": os.cpu_count()}
-
-
-def epoch_shapes(paths: dict[str, Any], max_tokens: int, pad_multiple: int) -> dict[str, Any]:
+def epoch_shapes(exp: Experiment, max_tokens: int, pad_multiple: int) -> dict[str, Any]:
     """Distinct (source, target) shapes and padding share of one training epoch's batches."""
     from transformer_nmt.data.datamodule import TranslationDataModule
 
     dm = TranslationDataModule(
-        REPO / paths["bin_dir"], paths["src"], paths["tgt"], max_tokens=max_tokens,
-        pad_multiple=pad_multiple,
-    )  # fmt: skip
+        REPO / exp.bin_dir, exp.src, exp.tgt, max_tokens=max_tokens, pad_multiple=pad_multiple
+    )
     shapes: collections.Counter = collections.Counter()
     computed = real = 0
     for batch in dm.dataloader("train", shuffle=True):
@@ -75,13 +54,11 @@ def epoch_shapes(paths: dict[str, Any], max_tokens: int, pad_multiple: int) -> d
     }
 
 
-def train_once(args, exp: dict[str, Any], paths, setting: dict, run_dir: Path) -> dict[str, Any]:
+def train_once(args, exp: Experiment, setting: dict, run_dir: Path) -> dict[str, Any]:
     import shutil
 
     shutil.rmtree(run_dir, ignore_errors=True)
-    model = {"preset": exp["preset"], "overrides": exp.get("model_overrides", {})}
-    train = train_settings(
-        exp["train"],
+    config = exp.train_config(
         max_steps=args.steps,
         checkpoint_every_steps=args.steps,
         keep_checkpoints=1,
@@ -89,23 +66,10 @@ def train_once(args, exp: dict[str, Any], paths, setting: dict, run_dir: Path) -
         log_every_steps=args.log_every,
         **setting,
     )
-    cmd = [
-        sys.executable, "-m", "transformer_nmt", "train", "--bin-dir", paths["bin_dir"],
-        "--spm-model", paths["spm"], "--src", paths["src"], "--tgt", paths["tgt"],
-        "--run-dir", str(run_dir), "--model", json.dumps(model), "--train", json.dumps(train),
-    ]  # fmt: skip
     peak: dict[str, int] = {}
-    log, cpu = run(cmd, run_dir, args.threads, OURS_LINE, peak)
-    windows = [
-        {"step": int(m[1]), "loss": float(m[2]), "tgt_tokens_per_s": float(m[3])}
-        for m in OURS_LINE.finditer(log)
-    ]
-    summary = json.loads((run_dir / "train_summary.json").read_text(encoding="utf-8"))
-    tgt_per_batch = summary["train_tokens_this_job"]["tgt"] / summary["final_step"]
-    for w in windows:
-        w["tgt_tokens"] = tgt_per_batch * args.log_every
-    row = summarise(windows, cpu, args, tgt_per_batch)
-    row.update(peak_rss_bytes=peak.get("rss_bytes", 0), precision=summary["precision"])
+    cmd = harness.train_command(exp, run_dir, config)
+    row = harness.timed_train(cmd, run_dir, args.threads, args.steps, args.log_every, peak)
+    row["peak_rss_bytes"] = peak.get("rss_bytes", 0)
     return row
 
 
@@ -123,12 +87,10 @@ def main() -> int:
     if args.steps < 2 * args.log_every:
         parser.error("--steps must be at least two log windows (the first is left out)")
 
-    config_path = REPO / "config" / "config.yaml"
-    _, exp = load_experiment(config_path, EXPERIMENT)
-    paths = data_paths(exp)
-    build_data(config_path, paths, [], args.data_mirror)
-    max_tokens = exp["train"]["max_tokens"]
-    shapes = {m: epoch_shapes(paths, max_tokens, m) for m in args.pad_multiples}
+    exp = harness.load_experiment(REPO / "config" / "config.yaml", EXPERIMENT)
+    harness.build_data(exp, [], args.data_mirror)
+    max_tokens = exp.settings["train"]["max_tokens"]
+    shapes = {m: epoch_shapes(exp, max_tokens, m) for m in args.pad_multiples}
     settings = [
         {"pad_multiple": m, "precision": p} for p in args.precisions for m in args.pad_multiples
     ]
@@ -138,7 +100,7 @@ def main() -> int:
         shift = r % len(settings)
         for i in [*range(shift, len(settings)), *range(shift)]:
             started = time.perf_counter()
-            row = train_once(args, exp, paths, settings[i], OUT / "shapes" / f"run{i}")
+            row = train_once(args, exp, settings[i], OUT / "shapes" / f"run{i}")
             row.update(run=r, wall_seconds=time.perf_counter() - started)
             rows[i].append(row)
             print(f"run {r} {settings[i]}: {row['tgt_tokens_per_s']:.0f} tgt tok/s, "
@@ -169,15 +131,14 @@ def main() -> int:
         )
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "cpu": cpu_description(),
+        "machine": harness.machine(),
         "load_avg_before": load_before,
         "load_avg_after": os.getloadavg(),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "table": table,
         "runs": {json.dumps(settings[i]): rows[i] for i in rows},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    harness.write_result(args.out, result)
     print(f"\nwrote {args.out}")
     return 0
 

@@ -73,7 +73,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -83,15 +82,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import harness
 import yaml
+from harness import OUT, REPO, Experiment
 
-REPO = Path(__file__).resolve().parent.parent
-OUT = REPO / "benchmarks" / "out"
 UNBOUNDED_STEPS = 10_000_000
-
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import build_data, data_paths, load_experiment, train_settings  # noqa: E402
 
 
 def apply_sets(exp: dict[str, Any], sets: list[str]) -> dict[str, Any]:
@@ -109,7 +104,7 @@ def apply_sets(exp: dict[str, Any], sets: list[str]) -> dict[str, Any]:
                 f"--set {item!r}: expected train.KEY=VALUE, model.KEY=VALUE or translate.KEY=VALUE"
             )
         exp.setdefault(sections[section], {})[field] = yaml.safe_load(value)
-    if exp["translate"]["alpha"] == "auto":
+    if exp["translate"].get("alpha") == "auto":
         from transformer_nmt.search import SearchSettings
 
         exp["translate"]["alpha"] = SearchSettings().alpha
@@ -118,16 +113,6 @@ def apply_sets(exp: dict[str, Any], sets: list[str]) -> dict[str, Any]:
 
 
 # --- stages -----------------------------------------------------------------------------------
-
-
-def stage(*args: str, log: Path | None = None) -> None:
-    """Run ``python -m transformer_nmt <args>``; exit with its log's tail on failure."""
-    cmd = [sys.executable, "-m", "transformer_nmt", *args]
-    with open(log or os.devnull, "w", encoding="utf-8") as handle:
-        proc = subprocess.run(cmd, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
-        tail = log.read_text(encoding="utf-8")[-3000:] if log else ""
-        sys.exit(f"stage {args[0]} failed ({proc.returncode}):\n{tail}")
 
 
 def run_for_budget(
@@ -154,22 +139,15 @@ def run_for_budget(
     return started, time.time() - started
 
 
-def train(exp: dict[str, Any], paths: dict[str, Any], run_dir: Path, args) -> dict[str, Any]:
+def train(exp: Experiment, run_dir: Path, args) -> dict[str, Any]:
     """Train until the budget is spent; return {step: minutes since the train process began}."""
     every = {"checkpoint_every_steps": args.every_steps} if args.every_steps else {
         "checkpoint_every_steps": None, "checkpoint_every_minutes": args.every_minutes,
     }  # fmt: skip
-    settings = train_settings(
-        exp["train"], max_steps=args.max_steps or UNBOUNDED_STEPS, keep_checkpoints=100_000,
-        **every,
-    )  # fmt: skip
-    model = {"preset": exp["preset"], "overrides": exp.get("model_overrides") or {}}
-    cmd = [
-        sys.executable, "-m", "transformer_nmt", "train", "--bin-dir", paths["bin_dir"],
-        "--spm-model", paths["spm"], "--src", paths["src"], "--tgt", paths["tgt"],
-        "--run-dir", str(run_dir), "--model", json.dumps(model), "--train", json.dumps(settings),
-        "--clean-report", paths["clean_report"],
-    ]  # fmt: skip
+    config = exp.train_config(
+        max_steps=args.max_steps or UNBOUNDED_STEPS, keep_checkpoints=100_000, **every
+    )
+    cmd = harness.train_command(exp, run_dir, config)
     log = run_dir / "train.log"
     started, wall = run_for_budget(cmd, log, args.minutes)
     checkpoints = sorted((run_dir / "checkpoints").glob("step=*.ckpt"))
@@ -191,33 +169,32 @@ def train(exp: dict[str, Any], paths: dict[str, Any], run_dir: Path, args) -> di
     }
 
 
-def score_model(model: Path, exp, paths, sets: list[str], work: Path, tag: str) -> dict:
+def score_model(model: Path, exp: Experiment, sets: list[str], work: Path, tag: str) -> dict:
     """BLEU of ``model`` on each set (translate + score stages); {set: {bleu, chrf, seconds}}."""
-    tr = exp["translate"]
+    device = "cpu" if exp.settings["train"].get("accelerator") == "cpu" else "auto"
     scores = {}
     for test_set in sets:
         hyp = work / f"{tag}.{test_set}.hyp"
         started = time.time()
-        stage(
-            "translate", "--model", str(model), "--spm-model", paths["spm"],
-            "--input", paths["text"](test_set, paths["src"]), "--output", str(hyp),
-            "--beam", str(tr["beam"]), "--alpha", str(tr["alpha"]),
-            "--max-len-b", str(tr["max_len_b"]), "--max-tokens", str(tr["max_tokens"]),
-            "--device", "cpu" if exp["train"].get("accelerator") == "cpu" else "auto",
+        harness.run_stage(
+            harness.translate_command(exp, model, exp.text(test_set, exp.src), hyp, device),
             log=work / f"{tag}.{test_set}.translate.log",
-        )  # fmt: skip
-        scores[test_set] = score_hyp(hyp, test_set, paths, work, tag)
+        )
+        scores[test_set] = score_hyp(hyp, test_set, exp, work, tag)
         scores[test_set]["translate_seconds"] = time.time() - started
     return scores
 
 
-def score_hyp(hyp: Path, test_set: str, paths, work: Path, tag: str) -> dict[str, float]:
-    """sacreBLEU BLEU and chrF of the detokenised ``hyp`` by the pipeline's ``score`` stage."""
+def score_hyp(
+    hyp: Path, test_set: str, exp: Experiment, work: Path, tag: str, ref: str | None = None
+) -> dict[str, float]:
+    """sacreBLEU BLEU and chrF of the detokenised ``hyp`` by the pipeline's ``score`` stage,
+    against ``test_set``'s reference (``ref``: another file of it)."""
     out = work / f"{tag}.{test_set}.scores.json"
-    stage(
-        "score", "--hyp", str(hyp), "--ref", paths["text"](test_set, paths["tgt"]),
-        "--tgt-lang", paths["tgt"], "--out", str(out), log=work / f"{tag}.{test_set}.score.log",
-    )  # fmt: skip
+    ref = ref or exp.text(test_set, exp.tgt)
+    harness.run_stage(
+        harness.score_command(exp, hyp, ref, out), log=work / f"{tag}.{test_set}.score.log"
+    )
     payload = json.loads(out.read_text())
     return {
         "bleu": payload["bleu"]["score"],
@@ -227,7 +204,7 @@ def score_hyp(hyp: Path, test_set: str, paths, work: Path, tag: str) -> dict[str
 
 
 def average(inputs: list[str], out: Path, work: Path) -> None:
-    stage("average", "--inputs", *inputs, "--out", str(out), log=work / f"{out.stem}.log")
+    harness.run_stage(harness.average_command(inputs, out), log=work / f"{out.stem}.log")
 
 
 # --- the peer: eole on the same data, vocabulary, model shape and settings ---------------------
@@ -282,13 +259,13 @@ def peer_train_config(exp: dict[str, Any], data: dict[str, Any], peer_dir: Path,
     return cfg, notes
 
 
-def train_peer(exp: dict[str, Any], paths: dict[str, Any], peer_dir: Path, args) -> dict:
+def train_peer(exp: Experiment, peer_dir: Path, args) -> dict:
     """eole trained on our token ids (as pieces) for the budget; its checkpoints as ours."""
     from bench_peer_training import peer_version, write_peer_data
 
-    data = write_peer_data(paths, peer_dir / "data")
-    data.update(dir=peer_dir / "data", src=paths["src"], tgt=paths["tgt"])
-    cfg, notes = peer_train_config(exp, data, peer_dir, args)
+    data = write_peer_data(exp, peer_dir / "data")
+    data.update(dir=peer_dir / "data", src=exp.src, tgt=exp.tgt)
+    cfg, notes = peer_train_config(exp.settings, data, peer_dir, args)
     cfg_path = peer_dir / "eole_train.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
     cmd = [str(args.peer_venv / "bin" / "eole"), "train", "-config", str(cfg_path)]
@@ -318,31 +295,31 @@ def train_peer(exp: dict[str, Any], paths: dict[str, Any], peer_dir: Path, args)
     }
 
 
-def peer_sources(paths, sets: list[str], work: Path, max_len_b: int) -> dict[str, dict]:
+def peer_sources(exp: Experiment, sets: list[str], work: Path, max_len_b: int) -> dict[str, dict]:
     """Each set's source as our SentencePiece pieces (the peer's training format: no EOS added)
     and eole's one output cap: the longest |x EOS| + max_len_b (ours: per sentence)."""
     from bench_peer_training import PieceCodec
 
-    codec = PieceCodec(REPO / paths["spm"])
+    codec = PieceCodec(REPO / exp.spm)
     sources = {}
     for test_set in sets:
-        lines = (REPO / paths["text"](test_set, paths["src"])).read_text("utf-8").splitlines()
+        lines = (REPO / exp.text(test_set, exp.src)).read_text("utf-8").splitlines()
         encoded = [codec.encode(line) for line in lines]
-        pieces = work / f"{test_set}.{paths['src']}.pieces"
+        pieces = work / f"{test_set}.{exp.src}.pieces"
         pieces.write_text("".join(line + "\n" for line in encoded), "utf-8")
         cap = max(len(line.split()) + 1 for line in encoded) + max_len_b
         sources[test_set] = {"pieces": pieces, "max_length": cap}
     return {"sets": sources, "codec": codec}
 
 
-def score_peer_model(step_dir: Path, exp, paths, sources, work: Path, tag: str, args) -> dict:
+def score_peer_model(step_dir: Path, exp: Experiment, sources, work: Path, tag: str, args) -> dict:
     """BLEU of an eole checkpoint on each set: eole's beam search (bench_peer_decoding's
     settings), its pieces decoded by our SentencePiece model, scored by ``score``."""
     from types import SimpleNamespace
 
     from bench_peer_decoding import time_eole
 
-    tr = exp["translate"]
+    tr = exp.settings["translate"]
     search = SimpleNamespace(
         peer_venv=args.peer_venv, beam=tr["beam"], alpha=tr["alpha"],
         max_tokens=tr["max_tokens"], runs=0,
@@ -357,7 +334,7 @@ def score_peer_model(step_dir: Path, exp, paths, sources, work: Path, tag: str, 
         codec.unknown = 0
         lines = out.read_text(encoding="utf-8").splitlines()
         hyp.write_text("".join(codec.decode(line) + "\n" for line in lines), "utf-8")
-        scores[test_set] = score_hyp(hyp, test_set, paths, work, tag)
+        scores[test_set] = score_hyp(hyp, test_set, exp, work, tag)
         scores[test_set].update(translate_seconds=seconds, unknown_pieces=codec.unknown)
     return scores
 
@@ -453,15 +430,12 @@ def main() -> int:
         parser.error("--peer needs --every-steps (eole checkpoints by steps only)")
     if args.peer and not (args.peer_venv / "bin" / "eole").exists():
         sys.exit(f"{args.peer_venv}: no eole there; run benchmarks/peers/install_eole.sh")
-    from bench_peer_training import thread_env
-
-    os.environ.update(thread_env(args.threads))  # every process below: both sides, all stages
+    os.environ.update(harness.thread_env(args.threads))  # every process: both sides, all stages
 
     config_path = args.config.resolve()
-    name, exp = load_experiment(config_path, args.experiment)
-    exp = apply_sets(exp, args.sets_)
+    exp = harness.load_experiment(config_path, args.experiment, lambda e: apply_sets(e, args.sets_))
+    name, settings = exp.name, exp.settings
     run_name = args.name or name
-    paths = data_paths(exp)
     run_dir = OUT / "time_to_bleu" / run_name
     peer_dir = run_dir / "peer"
     fresh = peer_dir if args.peer_only else run_dir
@@ -469,25 +443,25 @@ def main() -> int:
         shutil.rmtree(fresh)
     work = run_dir / "eval"
     work.mkdir(parents=True, exist_ok=True)
-    k = args.average_last or int(exp.get("average_last_k", 1))
+    k = args.average_last or int(settings.get("average_last_k", 1))
 
-    build_data(config_path, paths, args.sets, args.data_mirror)
+    harness.build_data(exp, args.sets, args.data_mirror)
     load_before = os.getloadavg()
     peer = None
     if args.concurrent:  # both sides at once, each in its own process with --threads threads
         peer_dir.mkdir(parents=True, exist_ok=True)
         with ThreadPoolExecutor(max_workers=2) as pool:
-            ours_job = pool.submit(train, exp, paths, run_dir, args)
-            peer_job = pool.submit(train_peer, exp, paths, peer_dir, args)
+            ours_job = pool.submit(train, exp, run_dir, args)
+            peer_job = pool.submit(train_peer, exp, peer_dir, args)
             trained, peer = ours_job.result(), peer_job.result()
         load_after = os.getloadavg()
         peer.update(loadavg_before=load_before, loadavg_after_train=load_after)
     else:
-        trained = None if args.peer_only else train(exp, paths, run_dir, args)
+        trained = None if args.peer_only else train(exp, run_dir, args)
         load_after = os.getloadavg()
         if args.peer:
             peer_dir.mkdir(parents=True, exist_ok=True)
-            peer = train_peer(exp, paths, peer_dir, args)
+            peer = train_peer(exp, peer_dir, args)
             peer.update(loadavg_before=load_after, loadavg_after_train=os.getloadavg())
 
     def scored(checkpoints: list[dict]):
@@ -503,7 +477,7 @@ def main() -> int:
     for i, ckpt in enumerate(checkpoints):
         if i in scored_ours:
             row = {"model": f"step {ckpt['step']}", **ckpt}
-            row["scores"] = score_model(Path(ckpt["path"]), exp, paths, args.sets, work, f"s{i}")
+            row["scores"] = score_model(Path(ckpt["path"]), exp, args.sets, work, f"s{i}")
             rows.append(row)
         if i + 1 >= k and k > 1 and (args.average_each or i == len(checkpoints) - 1):
             window = checkpoints[i + 1 - k : i + 1]
@@ -511,18 +485,18 @@ def main() -> int:
             average([c["path"] for c in window], model, work)
             avg = {"model": f"avg last {k} @ {ckpt['step']}", **ckpt, "path": str(model)}
             avg["averaged_steps"] = [c["step"] for c in window]
-            avg["scores"] = score_model(model, exp, paths, args.sets, work, f"a{i}")
+            avg["scores"] = score_model(model, exp, args.sets, work, f"a{i}")
             rows.append(avg)
     if peer:
         peer_work = peer_dir / "eval"
         peer_work.mkdir(parents=True, exist_ok=True)
-        sources = peer_sources(paths, args.sets, peer_work, exp["translate"]["max_len_b"])
+        sources = peer_sources(exp, args.sets, peer_work, settings["translate"]["max_len_b"])
         peer["rows"] = [
             {
                 "model": f"step {ckpt['step']}",
                 **ckpt,
                 "scores": score_peer_model(
-                    Path(ckpt["path"]), exp, paths, sources, peer_work, f"s{i}", args
+                    Path(ckpt["path"]), exp, sources, peer_work, f"s{i}", args
                 ),
             }
             for i, ckpt in scored(peer["checkpoints"])
@@ -560,7 +534,7 @@ def main() -> int:
         "config": str(config_path),
         "experiment": name,
         "run": run_name,
-        "settings": exp,
+        "settings": settings,
         "minutes_budget": args.minutes,
         "every_minutes": None if args.every_steps else args.every_minutes,
         "every_steps": args.every_steps,
@@ -570,7 +544,7 @@ def main() -> int:
         "train_summary": trained["summary"] if trained else None,
         "loadavg_before": load_before,
         "loadavg_after_train": load_after,
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": harness.machine(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "rows": rows,
         "minutes_to_bleu": {
@@ -593,8 +567,7 @@ def main() -> int:
             "rows": peer["rows"],
         }
     out = args.out or OUT / f"time_to_bleu_{run_name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    harness.write_result(out, result)
     figure = out.with_suffix(".png")
     plot(curves, args.target_bleu, dev, figure, f"{run_name}: {dev} BLEU against minutes")
     print(f"wrote {out} and {figure}")

@@ -14,6 +14,8 @@ change (``git archive <commit> src | tar -x -C /tmp/base``)::
         --metric peak_rss_mb tgt_tokens_per_s --key experiment -- \\
         benchmarks/bench_train_memory.py --workdir <a demo DAG's directory>
 
+The experiment's files are the pipeline's for its config (``--config``, default: the repository's
+config that has ``--experiment``: config/config.yaml, else one of config/experiments/).
 Writes ``benchmarks/out/train_memory.json`` (``--out``).
 """
 
@@ -30,15 +32,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import data_paths, layout, train_settings
-from stage_process import machine
+import harness
+from harness import REPO, Experiment
 
-OUT = Path(__file__).resolve().parent / "out" / "train_memory.json"
+OUT = harness.OUT / "train_memory.json"
 WINDOW = re.compile(r"tgt tok/s (\d+)")
 
 
 def cut_config(config: dict, steps: int) -> dict:
-    """The run's config for ``steps`` updates in every precision (``common.train_settings``):
+    """The run's config for ``steps`` updates in every precision (``harness.train_settings``):
     one validation, at the end, without the beam-search dev BLEU (its decoding is not the train
     step measured here), and a cool-down of a quarter of them where the run has one."""
     train = config["train"]
@@ -48,34 +50,21 @@ def cut_config(config: dict, steps: int) -> dict:
         overrides["lr_cooldown_steps"] = max(1, steps // 4)
     if any(entry.get("val_beam_bleu_every_steps") for entry in entries):
         overrides["val_beam_bleu_every_steps"] = None
-    return {**config, "train": train_settings(train, **overrides)}
+    return {**config, "train": harness.train_settings(train, **overrides)}
 
 
-def train_once(
-    workdir: Path, experiment: str, dataset: str, pair: str, steps: int, tracking: bool
-) -> dict:
-    paths = data_paths({"dataset": dataset, "pair": pair})  # relative to the DAG's directory
-    config = json.loads((workdir / layout.TRAIN_CONFIG.format(experiment=experiment)).read_text())
+def train_once(workdir: Path, exp: Experiment, steps: int, tracking: bool) -> dict:
+    """The experiment trained again for ``steps`` updates in the DAG's ``workdir``, from its own
+    ``train_config.json`` (cut), in a fresh run directory and MLflow store."""
+    config = json.loads((workdir / exp.train_config_file).read_text())
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
-        config_file = Path(tmp) / "train_config.json"
-        config_file.write_text(json.dumps(cut_config(config, steps)))
-        command = [
-            sys.executable, "-m", "transformer_nmt", "train",
-            "--bin-dir", str(workdir / paths["bin_dir"]),
-            "--spm-model", str(workdir / paths["spm"]),
-            "--src", paths["src"], "--tgt", paths["tgt"], "--run-dir", str(run_dir),
-            "--config-file", str(config_file),
-            "--clean-report", str(workdir / paths["clean_report"]),
-        ]  # fmt: skip
-        if tracking:
-            command += ["--mlflow-experiment", f"{dataset}_{pair}", "--mlflow-run", experiment,
-                        "--mlflow-run-dir", str(run_dir)]  # fmt: skip
+        command = harness.train_command(exp, run_dir, cut_config(config, steps), tracking)
         env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db"}
         log = Path(tmp) / "train.log"
         start = time.perf_counter()
-        with open(log, "w") as handle:
-            child = subprocess.Popen(command, cwd=tmp, env=env, stdout=handle, stderr=handle)
+        with open(log, "w") as handle:  # the data paths are relative to the DAG's directory
+            child = subprocess.Popen(command, cwd=workdir, env=env, stdout=handle, stderr=handle)
             _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - start
         text = log.read_text()
@@ -83,7 +72,7 @@ def train_once(
             sys.exit(f"the training failed (exit status {status}); its log:\n{text[-3000:]}")
     windows = [int(v) for v in WINDOW.findall(text)]
     return {
-        "experiment": experiment,
+        "experiment": exp.name,
         "steps": steps,
         "tracking": tracking,
         "peak_rss_mb": usage.ru_maxrss / 1024,
@@ -93,29 +82,50 @@ def train_once(
     }
 
 
+def config_with(experiment: str) -> Path:
+    """The repository's config that has ``experiment`` (or the seeded one it is a run of)."""
+    import yaml
+
+    configs = [
+        REPO / "config" / "config.yaml",
+        *sorted((REPO / "config" / "experiments").glob("*.yaml")),
+    ]
+    for path in configs:
+        experiments = yaml.safe_load(path.read_text(encoding="utf-8")).get("experiments") or {}
+        if experiment.split(".seed")[0] in experiments:
+            return path
+    sys.exit(f"no config of the repository has experiment {experiment!r}: give --config")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, required=True,
                         help="the working directory of a finished DAG (its results/)")  # fmt: skip
     parser.add_argument("--experiment", default="multi30k_en_de_tiny")
-    parser.add_argument("--dataset", default="multi30k")
-    parser.add_argument("--pair", default="en-de")
+    parser.add_argument(
+        "--config", type=Path, help="the DAG's config (default: the repository's that has it)"
+    )
+    parser.add_argument("--dataset", help="(the experiment's, from its config)")
+    parser.add_argument("--pair", help="(the experiment's, from its config)")
     parser.add_argument("--steps", type=int, default=450)
     parser.add_argument("--no-tracking", action="store_true", help="train without MLflow")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    config = args.workdir / layout.TRAIN_CONFIG.format(experiment=args.experiment)
-    if not config.is_file():
-        sys.exit(f"{config}: no such file; give --workdir a finished DAG's directory")
-    row = train_once(
-        args.workdir, args.experiment, args.dataset, args.pair, args.steps, not args.no_tracking
-    )
+    exp = harness.load_experiment(args.config or config_with(args.experiment), args.experiment)
+    for key in ("dataset", "pair"):
+        if getattr(args, key) not in (None, exp.settings[key]):
+            sys.exit(f"--{key} {getattr(args, key)}: {exp.name}'s is {exp.settings[key]}")
+    workdir = args.workdir.resolve()
+    if not (workdir / exp.train_config_file).is_file():
+        sys.exit(
+            f"{workdir}: no {exp.train_config_file}; give --workdir a finished DAG's directory"
+        )
+    row = train_once(workdir, exp, args.steps, not args.no_tracking)
     print(
         f"{row['experiment']}, {row['steps']} updates: peak RSS {row['peak_rss_mb']:.0f} MB, "
         f"{row['tgt_tokens_per_s']:.0f} tgt tok/s (median window), {row['wall_s']:.1f} s"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": machine(), "rows": [row]}, indent=2) + "\n")
+    harness.write_result(args.out, {"machine": harness.machine(), "rows": [row]})
 
 
 if __name__ == "__main__":

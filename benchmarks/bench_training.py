@@ -38,16 +38,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
-import json
 import os
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from stage_process import allocator_as_in_the_stages
+from harness import allocator_as_in_the_stages, machine, write_result
 
 from transformer_nmt.model.config import ModelConfig, get_preset
 from transformer_nmt.model.transformer import Transformer
@@ -101,7 +98,6 @@ def make_step(
     compile_model: bool = False,
     fused_loss: bool = False,
     sdpa_backend: str = "auto",
-    low_precision_residual: bool = False,
     length: int | None = None,
     padded: bool = False,
     cfg: ModelConfig | None = None,
@@ -112,7 +108,6 @@ def make_step(
     ``sdpa_backend``: auto = the kernel PyTorch's dispatcher picks for each attention call;
     otherwise SDPA is restricted to that one (``torch.nn.attention.sdpa_kernel``), for an A/B of
     the kernels on short sentences, where a tiled flash kernel computes mostly padding.
-    ``low_precision_residual``: train.low_precision_residual (the residual stream in bf16).
     ``length``: sentence length L per side (default: the preset's); ``padded``: each sentence's
     real length drawn uniformly from [L/2, L], the rest padding, as in a real batch (the
     padding masks route attention to the kernels that take a mask). ``cfg``, ``vocab``: another
@@ -123,7 +118,6 @@ def make_step(
     cfg = cfg or get_preset(preset)
     torch.manual_seed(0)
     model = Transformer(cfg, vocab_size=vocab, pad_id=0).to(device).train()
-    model.set_low_precision_residual(low_precision_residual)
     optimizer = build_optimizer(model.parameters(), fused=device in FUSED_ADAM_DEVICES or None)
     scheduler = build_scheduler(optimizer, d_model=cfg.d_model, warmup=4000)
     batch = max(1, max_tokens // length)
@@ -190,7 +184,6 @@ def bench(
     compile_model: bool = False,
     fused_loss: bool = False,
     sdpa_backend: str = "auto",
-    low_precision_residual: bool = False,
     length: int | None = None,
     padded: bool = False,
 ) -> dict:
@@ -202,7 +195,6 @@ def bench(
         compile_model=compile_model,
         fused_loss=fused_loss,
         sdpa_backend=sdpa_backend,
-        low_precision_residual=low_precision_residual,
         length=length,
         padded=padded,
     )
@@ -227,7 +219,6 @@ def bench(
         "compiled": compile_model,
         "fused_loss": fused_loss,
         "sdpa_backend": sdpa_backend,
-        "residual": "low" if low_precision_residual else "float32",
         "vocab_size": vocab,
         "sentence_length": length,
         "batch_sentences": batch,
@@ -347,15 +338,6 @@ def fused_loss(args: argparse.Namespace, device: str) -> bool:
     return fused_loss_wanted(setting, torch.device(device))
 
 
-def cpu_has_bf16() -> bool | None:
-    """Whether the CPU has native bf16 arithmetic (AVX512-BF16 or AMX), from /proc/cpuinfo."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return None
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def detect_peak_tflops() -> float | None:
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
     for key, value in PEAK_BF16_TFLOPS.items():
@@ -419,15 +401,6 @@ def main() -> None:
         help="GPU rows: each sentence's real length uniform in [L/2, L], padded to L",
     )
     parser.add_argument(
-        "--residual",
-        nargs="+",
-        choices=("float32", "low"),
-        default=["float32"],
-        help="rows for each: the residual stream in float32 (autocast's rule) or low = bf16 "
-        "(train.low_precision_residual); repeat them to interleave an A/B, e.g. float32 low "
-        "float32 low",
-    )
-    parser.add_argument(
         "--threads",
         type=int,
         default=0,
@@ -447,7 +420,7 @@ def main() -> None:
         for bf16 in (False, True) if args.cpu_bf16 else (False,):
             dtype = torch.bfloat16 if bf16 else torch.float32
             cpu_peaks[str(dtype)] = measure_gemm_tflops(dtype)
-            for preset, residual in itertools.product(args.presets, args.residual):
+            for preset in args.presets:
                 rows.append(
                     bench(
                         preset,
@@ -459,7 +432,6 @@ def main() -> None:
                         peak_tflops=cpu_peaks[str(dtype)],
                         compile_model=args.compile,
                         fused_loss=fused_loss(args, "cpu"),
-                        low_precision_residual=residual == "low",
                     )
                 )
     if torch.cuda.is_available():
@@ -470,7 +442,7 @@ def main() -> None:
             else:
                 max_tokens, sized_by = int(args.gpu_max_tokens), "--gpu-max-tokens"
             print(f"{preset}: {max_tokens} target tokens per step ({sized_by})", flush=True)
-            for backend, residual in itertools.product(args.sdpa_backend, args.residual):
+            for backend in args.sdpa_backend:
                 try:
                     row = bench(
                         preset,
@@ -483,7 +455,6 @@ def main() -> None:
                         compile_model=args.compile,
                         fused_loss=fused_loss(args, "cuda"),
                         sdpa_backend=backend,
-                        low_precision_residual=residual == "low",
                         length=args.gpu_length,
                         padded=args.padded,
                     )
@@ -493,7 +464,7 @@ def main() -> None:
                     continue
                 rows.append(row | {"max_tokens_from": sized_by})
 
-    header = f"{'preset':<6} {'device':<6} {'precision':<10} {'sdpa':<9} {'residual':<8} "
+    header = f"{'preset':<6} {'device':<6} {'precision':<10} {'sdpa':<9} "
     header += f"{'batch':>6} "
     header += f"{'s/step':>8} {'tgt tok/s':>11} {'TFLOP/s':>8} {'peak GiB':>9} {'MFU':>6}"
     print(header)
@@ -504,7 +475,7 @@ def main() -> None:
         mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "-"
         print(
             f"{r['preset']:<6} {r['device']:<6} {r['precision']:<10} {r['sdpa_backend']:<9} "
-            f"{r['residual']:<8} {r['tgt_tokens_per_step']:>6} {r['seconds_per_step']:>8.3f} "
+            f"{r['tgt_tokens_per_step']:>6} {r['seconds_per_step']:>8.3f} "
             f"{r['tgt_tokens_per_s']:>11.0f} {r['model_tflops_per_s']:>8.3f} {mem:>9} {mfu:>6}"
         )
         if "attention" in r:
@@ -525,18 +496,18 @@ def main() -> None:
             f"{peak:.4g} TFLOP/s"
         )
     out = args.out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    info = machine()
     meta = {
         "torch": torch.__version__,
-        "machine": platform.machine(),
+        "machine": info,
         "cpu_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "load_average_1min": [load_before, os.getloadavg()[0]],
-        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "gpu": info["gpu"],
         "cpu_peak_tflops_measured": cpu_peaks,
-        "cpu_flags_bf16": cpu_has_bf16(),
+        "cpu_flags_bf16": info["cpu_bf16"] not in ("none", "unknown"),
     }
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    write_result(out, {"meta": meta, "rows": rows})
     print(f"1-min load average before/after: {load_before:.2f} / {os.getloadavg()[0]:.2f}")
     print(f"wrote {out}")
 

@@ -12,9 +12,7 @@
 #   4. bench_gpu_decoding.py: beam-4 decoding of test_2016_flickr at growing batch sizes
 #   5. if time is left: step 1's big in torch.compile
 #   6. step 1's eager rows with SDPA restricted to each of its kernels in turn (SDPA_PRESETS)
-#   7. the residual stream in bf16 (train.low_precision_residual) against float32, A B A B,
-#      eager base and big and compiled big; SDPA's choice against the memory-efficient kernel on
-#      long padded sentences
+#   7. SDPA's choice against the memory-efficient kernel on long padded sentences
 #   8. the CPU recipe's levers on dev, variants x seeds trained side by side (lever_screen.py)
 #
 #   bash benchmarks/gpu_proof.sh           # on the GPU machine (OUT: where results go)
@@ -147,7 +145,7 @@ experiments:
       val_every_steps: $EVERY
       val_beam_bleu_every_steps: $EVERY
 EOF
-for setting in ${TRAIN_OVERRIDES:-}; do  # e.g. TRAIN_OVERRIDES="low_precision_residual=true"
+for setting in ${TRAIN_OVERRIDES:-}; do  # e.g. TRAIN_OVERRIDES="fused_loss=false"
     echo "      ${setting%%=*}: ${setting#*=}" >> /tmp/gpu_proof_overlay.yaml
 done
 rm -rf "$DAG" && mkdir -p "$DAG"
@@ -208,25 +206,16 @@ else
         --sdpa-backend auto cudnn flash efficient math --out "$OUT/training_sdpa.json"
 fi
 fi
-# --- 7. the residual stream in bf16 (train.low_precision_residual); SDPA on long padded batches -
+# --- 7. SDPA on long padded batches ---------------------------------------------------------------
 if wants 7; then
 if [ "$SHRINK" = 1 ]; then
-    step residual 300 python benchmarks/bench_training.py --presets tiny --steps 1 --cpu-bf16 \
-        --residual float32 low --out "$OUT/training_residual.json"
+    step sdpa_padded 300 python benchmarks/bench_training.py --presets tiny --steps 1 --cpu-bf16 \
+        --out "$OUT/training_sdpa_padded.json"
 else
-    step residual_test 60 python -m pytest -q -p no:cacheprovider -m gpu \
-        tests/test_model_transformer.py -k low_precision_residual
-    # A B A B in one process each: the eager rows, then compiled big (its second pair reads
-    # inductor's cache of the first's compiles). The micro-batch is given, not auto: 24,948 is
-    # what max_tokens: auto chose on the H100 and H200 (records gpu_h200*), and sizing it anew
-    # would need the carried packages (plan reads the recipe through jsonschema).
+    # The micro-batch is given, not auto: 24,948 is what max_tokens: auto chose on the H100 and
+    # H200 (records gpu_h200*), and sizing it anew would need the carried packages (plan reads
+    # the recipe through jsonschema).
     TOKENS="--gpu-max-tokens ${GPU_MAX_TOKENS:-24948}"
-    step residual_eager "${RESIDUAL_LIMIT:-150}" python benchmarks/bench_training.py \
-        --skip-cpu $TOKENS --gpu-presets base big --gpu-steps 20 --residual float32 low float32 low \
-        --out "$OUT/training_residual.json"
-    step residual_compiled "${RESIDUAL_COMPILED_LIMIT:-260}" python benchmarks/bench_training.py \
-        --skip-cpu $TOKENS --gpu-presets big --gpu-steps 20 --compile \
-        --residual float32 low float32 low --out "$OUT/training_residual_compiled.json"
     # real batches' shape: 96-token slots, real lengths 48-96, padding masks on
     step sdpa_padded "${SDPA_PADDED_LIMIT:-120}" python benchmarks/bench_training.py --skip-cpu \
         $TOKENS --gpu-presets big --gpu-steps 20 --gpu-length 96 --padded \

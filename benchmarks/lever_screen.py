@@ -34,13 +34,13 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import platform
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+from harness import machine
 
 from transformer_nmt.experiments.paths import ALPHA_SELECTION
 from transformer_nmt.runs import layout
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     config = yaml.safe_load(Path(args.config).read_text())
     result = summarize(config, Path(args.runs_dir))
-    result["machine"] = {"host": platform.node(), "processor": platform.processor()}
+    result["machine"] = machine()
     print(render(result))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1, default=str) + "\n")

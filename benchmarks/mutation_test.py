@@ -17,7 +17,7 @@ torch thread (a shared 2-core machine). mutmut runs, for each mutant, only the s
 that call the mutated function (``TESTS``; slow training/workflow tests are left out).
 
 It prints a table (module, mutants, killed, survived, timeout, score) and writes
-``benchmarks/out/mutation.json``: the commit, CPU model and flags (``lscpu``), tool versions,
+``benchmarks/out/mutation.json``: the commit, the machine (``harness.machine``), tool versions,
 wall time, the per-module counts and every surviving mutant with its diff and verdict. The
 score is (killed + timeout) / mutants: a mutant whose tests time out (an endless loop) is
 detected, one whose function no selected test calls ("no tests") is not. Survivors that are
@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -401,19 +400,16 @@ def counts(verdicts: list[str]) -> dict[str, float]:
     return c
 
 
-def cpu_info() -> dict[str, str]:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except FileNotFoundError:
-        return {"model": platform.processor() or platform.machine(), "flags": ""}
-    fields = dict(
-        (k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in out.splitlines())
-    )
-    return {
-        "model": fields.get("Model name", ""),
-        "cpus": fields.get("CPU(s)", ""),
-        "flags": fields.get("Flags", ""),
+def machine() -> dict:
+    """The machine (``harness.machine``), described by the mutation venv's Python: this
+    script's own needs only the standard library."""
+    code = "import harness, json; print(json.dumps(harness.machine()))"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "benchmarks"), str(REPO / "src")]),
     }
+    out = sh(VENV / "bin" / "python", "-c", code, capture_output=True, check=True, env=env).stdout
+    return json.loads(out)
 
 
 def versions() -> dict[str, str]:
@@ -532,8 +528,7 @@ def report(wall_s: float | None, args: argparse.Namespace) -> None:
     meta = {
         "commit": commit + (" (+ uncommitted changes in src/ or tests/)" if dirty else ""),
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "cpu": cpu_info(),
-        "machine": platform.machine(),
+        "machine": machine(),
         "versions": versions(),
         "modules": MODULES if not args.only else args.only,
         "tests": tests_present(),

@@ -62,10 +62,10 @@ def test_sets_override_train_model_and_translate_keys_and_fix_alpha_auto(time_to
 
 
 def test_a_benchmarks_step_counts_win_over_the_configs_by_precision(time_to_bleu):
-    """``common.train_settings``: the overrides hold in every precision (a by_precision entry
+    """``harness.train_settings``: the overrides hold in every precision (a by_precision entry
     would otherwise put the config's 2,400 steps back in bf16), the entries' other keys stay,
     and an emptied entry stays so that ``precision: auto`` chooses as the config does."""
-    from common import train_settings
+    from harness import train_settings
 
     from transformer_nmt.training.config import TrainConfig
 

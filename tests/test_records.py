@@ -55,6 +55,7 @@ def test_make_bench_rewrites_a_record_keeping_its_claims_and_lists_stale_ones(
     """bench_quick.write_record: new values, commit and machine, the old claims kept; the
     claim check then names the sentence the document no longer states."""
     import bench_quick
+    import harness
 
     records = tmp_path / "benchmarks" / "records"
     records.mkdir(parents=True)
@@ -65,7 +66,7 @@ def test_make_bench_rewrites_a_record_keeping_its_claims_and_lists_stale_ones(
            "claims": {"README.md": ["takes {dag_minutes:.1f} minutes at commit {commit}"]},
            "commit": "abc1234", "date": "2026-01-01"}  # fmt: skip
     (records / "demo_x.json").write_text(json.dumps(old), "utf-8")
-    monkeypatch.setattr(bench_quick, "RECORDS", records)
+    monkeypatch.setattr(harness, "RECORDS", records)
     monkeypatch.setattr(bench_quick, "load_records", lambda: load_records(records))
     monkeypatch.setattr(
         bench_quick, "stale_claims", lambda name, record: stale_claims(name, record, tmp_path)

@@ -49,13 +49,13 @@ rule train:
         tgt=lambda wc: pipeline.langs(wc.experiment)[1],
         run_dir=lambda wc, output: os.path.dirname(output.summary),
         tracking=lambda wc: pipeline.tracking_flags(wc.experiment),
-    # The job's output goes to the log; descriptor 3 stays Snakemake's stderr, where the job
-    # writes one-line warnings (tracking.notice: a failing MLflow store), once per job.
+    # The command is the pipeline's (Pipeline.TRAIN_COMMAND, also the benchmarks'); its output
+    # goes to the log, descriptor 3 stays Snakemake's stderr, where the job writes one-line
+    # warnings (tracking.notice: a failing MLflow store), once per job.
     shell:
-        "TRANSFORMER_NMT_NOTICE_FD=3 {resources.mpi} python -m transformer_nmt train"
-        " --bin-dir {params.bin_dir:q} --spm-model {input.spm:q} --src {params.src}"
-        " --tgt {params.tgt} --run-dir {params.run_dir:q} --config-file {input.config:q}"
-        " --clean-report {input.clean_report:q} {params.tracking} 3>&2 >> {log:q} 2>&1"
+        "TRANSFORMER_NMT_NOTICE_FD=3 {resources.mpi} "
+        + pipeline.TRAIN_COMMAND
+        + " 3>&2 >> {log:q} 2>&1"
 
 
 rule average:

@@ -11,7 +11,9 @@ JSON schema cannot express ``experiments.checks``'s (a ``ConfigError`` naming th
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from transformer_nmt import fast_paths
@@ -34,14 +36,33 @@ from transformer_nmt.experiments.paths import (
     SPM_MODEL,
     TEXT_FILE,
     TOKENS,
+    TRAIN_CONFIG,
     canonical_json,
 )  # fmt: skip
 from transformer_nmt.experiments.studies import Studies
 from transformer_nmt.tracking.store import check_uri
 
 
+class _Field(str):
+    """A value of ``TRAIN_COMMAND``: ``{field:q}`` quotes it for the shell, as Snakemake does."""
+
+    def __format__(self, spec: str) -> str:
+        return shlex.quote(self) if spec == "q" else super().__format__(spec)
+
+
 class Pipeline:
     """The experiments of a (validated) config, resolved against the dataset registry."""
+
+    # The train stage's command line, the one place that composes its flags: the Snakefile's
+    # train rule runs it (Snakemake fills in the fields from the rule's params and inputs) and
+    # ``train_command`` fills them in alike for a run outside Snakemake (the benchmarks). Its text
+    # is part of the rule's shell command: changed, Snakemake reruns every finished training.
+    TRAIN_COMMAND = (
+        "python -m transformer_nmt train"
+        " --bin-dir {params.bin_dir:q} --spm-model {input.spm:q} --src {params.src}"
+        " --tgt {params.tgt} --run-dir {params.run_dir:q} --config-file {input.config:q}"
+        " --clean-report {input.clean_report:q} {params.tracking}"
+    )
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
@@ -134,6 +155,30 @@ class Pipeline:
         model = {"preset": exp["preset"], "overrides": exp["model_overrides"]}
         return {"model": model, "train": exp["train"]}
 
+    def train_command(
+        self,
+        name: str,
+        run_dir: str | None = None,
+        config_file: str | None = None,
+        tracking: bool = True,
+    ) -> list[str]:
+        """The train rule's command line for ``name`` as words (``TRAIN_COMMAND``, filled in as
+        Snakemake fills it in): in ``run_dir`` from the settings in ``config_file`` (default:
+        the pipeline's own, ``RUN_DIR`` and ``TRAIN_CONFIG``), the data files relative to the
+        DAG's working directory; ``tracking=False`` leaves MLflow out."""
+        run_dir = run_dir or RUN_DIR.format(experiment=name)
+        src, tgt = (_Field(lang) for lang in self.langs(name))
+        params = SimpleNamespace(
+            bin_dir=_Field(self.bin_dir(name)), src=src, tgt=tgt, run_dir=_Field(run_dir),
+            tracking=_Field(self.tracking_flags(name, run_dir) if tracking else ""),
+        )  # fmt: skip
+        inputs = SimpleNamespace(
+            spm=_Field(self.spm_model(name)),
+            clean_report=_Field(self.clean_report(name)),
+            config=_Field(config_file or TRAIN_CONFIG.format(experiment=name)),
+        )
+        return shlex.split(self.TRAIN_COMMAND.format(params=params, input=inputs))
+
     def train_resource(self, name: str, key: str, default: int) -> int:
         return int(self.experiment(name).get("resources", {}).get(key, default))
 
@@ -159,11 +204,12 @@ class Pipeline:
             f" {self.search_flags(name, chosen_alpha=False)}"
         )
 
-    def tracking_flags(self, name: str) -> str:
+    def tracking_flags(self, name: str, run_dir: str | None = None) -> str:
         """One MLflow experiment per dataset pair, one run per pipeline experiment; its run
-        directory identifies the run (two checkouts on one store: two runs)."""
+        directory (default: the pipeline's) identifies the run (two checkouts on one store: two
+        runs)."""
         exp = self.experiment(name)
-        run_dir = RUN_DIR.format(experiment=name)
+        run_dir = run_dir or RUN_DIR.format(experiment=name)
         return (
             f"--mlflow-experiment {exp['dataset']}_{exp['pair']} --mlflow-run {name}"
             f" --mlflow-run-dir {run_dir}"
