@@ -21,8 +21,6 @@ from transformer_nmt.training.objective import (
     model_loss,
     paper_lr,
     projected_label_smoothed_cross_entropy,
-    symmetric_kl,
-    training_loss,
 )
 
 
@@ -577,59 +575,6 @@ def test_model_loss_under_bf16_autocast_equals_the_logits_of_the_model(monkeypat
         )
 
 
-# --- R-Drop (train.rdrop_alpha) -----------------------------------------------------------------
-
-
-def test_rdrop_loss_is_the_mean_of_the_two_passes_plus_alpha_times_their_kl():
-    """Liang et al. 2021 eq. 3 at half scale: (CE_1 + CE_2) / 2 + alpha / 4 (KL(P_1||P_2) +
-    KL(P_2||P_1)), padding excluded, ntokens of one pass; against torch's kl_div."""
-    g = torch.Generator().manual_seed(3)
-    logits = torch.randn(4, 5, 11, generator=g, dtype=torch.float64)  # 2 passes x B=2
-    target = torch.randint(1, 11, (2, 5), generator=g)
-    target[1, 3:] = 0
-    alpha = 5.0
-    out = training_loss(logits, target, eps=0.1, pad_id=0, rdrop_alpha=alpha)
-    first, second = logits[:2], logits[2:]
-    ce = [label_smoothed_cross_entropy(x, target, eps=0.1, pad_id=0) for x in (first, second)]
-    keep = target != 0
-    log_p1, log_p2 = first.log_softmax(-1)[keep], second.log_softmax(-1)[keep]
-    kl_12 = F.kl_div(log_p2, log_p1, log_target=True, reduction="sum")  # KL(P_1 || P_2)
-    kl_21 = F.kl_div(log_p1, log_p2, log_target=True, reduction="sum")
-    expected = (ce[0].loss + ce[1].loss) / 2 + alpha / 4 * (kl_12 + kl_21)
-    torch.testing.assert_close(out.loss, expected, rtol=1e-12, atol=0)
-    torch.testing.assert_close(out.nll, (ce[0].nll + ce[1].nll) / 2, rtol=1e-12, atol=0)
-    assert out.ntokens.item() == 8
-    torch.testing.assert_close(symmetric_kl(logits, keep), kl_12 + kl_21)
-    # alpha 0: one pass's loss, logits [B, T, V]
-    plain = training_loss(first, target, eps=0.1, pad_id=0)
-    torch.testing.assert_close(plain.loss, ce[0].loss)
-    with pytest.raises(ValueError, match=r"two passes, \[2B, T, V\]"):
-        training_loss(first, target, eps=0.1, pad_id=0, rdrop_alpha=alpha)
-
-
-@pytest.mark.parametrize("rows_per_chunk", [2, 32])
-def test_symmetric_kl_gradients_equal_autograd_through_kl_div(monkeypatch, rows_per_chunk):
-    """``_SymmetricKL``'s written-out gradient, by chunks of rows, equals autograd's through
-    torch's kl_div; padded positions get a zero gradient."""
-    import transformer_nmt.training.objective as objective
-
-    monkeypatch.setattr(objective, "CPU_LOSS_ROWS", rows_per_chunk)
-    g = torch.Generator().manual_seed(7)
-    x_1 = torch.randn(3, 5, 13, generator=g, dtype=torch.float64, requires_grad=True)
-    x_2 = torch.randn(3, 5, 13, generator=g, dtype=torch.float64, requires_grad=True)
-    keep = torch.rand(3, 5, generator=g) > 0.3
-    weight = 0.7  # an incoming gradient other than 1
-    ours = torch.autograd.grad(weight * symmetric_kl(torch.cat([x_1, x_2]), keep), (x_1, x_2))
-    l_1, l_2 = x_1.log_softmax(-1)[keep], x_2.log_softmax(-1)[keep]
-    reference = F.kl_div(l_2, l_1, log_target=True, reduction="sum") + F.kl_div(
-        l_1, l_2, log_target=True, reduction="sum"
-    )
-    expected = torch.autograd.grad(weight * reference, (x_1, x_2))
-    for got, want in zip(ours, expected, strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
-        assert bool((got[~keep] == 0).all())
-
-
 def _tiny_transformer(p_drop: float, tie_embeddings: bool = True):
     """A float64 one-layer Transformer over 29 ids and a batch of 3 x 6 (one target padded)."""
     from transformer_nmt.model.config import get_preset
@@ -646,38 +591,3 @@ def _tiny_transformer(p_drop: float, tie_embeddings: bool = True):
     batch["tgt_out"] = torch.randint(1, 29, (3, 6), generator=g)
     batch["tgt_out"][0, 4:] = 0
     return model, batch
-
-
-@pytest.mark.parametrize("fast_path", ["on", "off"])
-def test_rdrop_without_dropout_is_the_plain_loss_and_gradient(monkeypatch, fast_path):
-    """Two passes without dropout are the same distribution: the KL term and its gradient are
-    zero, so R-Drop's loss and gradients are one pass's (the normalisation is per pass)."""
-    from transformer_nmt.fast_paths import ENV
-
-    monkeypatch.setenv(ENV, fast_path)
-    model, batch = _tiny_transformer(p_drop=0.0)
-    params = list(model.parameters())
-    ref = model_loss(model, batch, eps=0.1, pad_id=0)
-    ref_grads = torch.autograd.grad(ref.loss, params)
-    out = model_loss(model, batch, eps=0.1, pad_id=0, rdrop_alpha=5.0)
-    got = torch.autograd.grad(out.loss, params)
-    torch.testing.assert_close(out.loss, ref.loss, rtol=1e-12, atol=0)
-    torch.testing.assert_close(out.nll, ref.nll, rtol=1e-12, atol=0)
-    assert out.ntokens.item() == ref.ntokens.item() == 16
-    for ours, expected in zip(got, ref_grads, strict=True):
-        torch.testing.assert_close(ours, expected, rtol=1e-10, atol=1e-12)
-    assert loss_path(torch.device("cpu"), fused=False, compiled=False, rdrop=True) == "logits"
-
-
-def test_rdrop_passes_draw_their_own_dropout_masks():
-    """In training mode the two copies of a sentence get different dropout masks (one batch of
-    2B rows), so their distributions differ and the consistency term is positive."""
-    model, batch = _tiny_transformer(p_drop=0.3)
-    model.train()
-    src, tgt_in = batch["src"], batch["tgt_in"]
-    logits = model(torch.cat([src, src]), torch.cat([tgt_in, tgt_in]))  # [2B, T, V]
-    keep = batch["tgt_out"] != 0
-    assert symmetric_kl(logits, keep).item() > 1e-6
-    model.eval()  # no dropout: the two passes agree, the term vanishes
-    logits = model(torch.cat([src, src]), torch.cat([tgt_in, tgt_in]))
-    assert symmetric_kl(logits, keep).item() == pytest.approx(0.0, abs=1e-12)

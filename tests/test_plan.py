@@ -26,7 +26,6 @@ from transformer_nmt.training.objective import (
     GPU_LOSS_ROWS,
     build_optimizer,
     label_smoothed_cross_entropy,
-    training_loss,
 )
 
 # the starter config for a user's own corpus names files the user brings: tests/test_local_data.py
@@ -376,22 +375,18 @@ def test_a_named_gpu_kind_is_never_measured_on_this_machines_gpu(
     assert measured_on == ["the local GPU"]
 
 
-@pytest.mark.parametrize("rdrop", [False, True])
 @pytest.mark.parametrize(
     ("dtype", "precision"), [(torch.float32, "32-true"), (torch.bfloat16, "bf16-mixed")]
 )
 def test_loss_estimate_is_the_logits_the_loss_keeps_their_gradient_and_its_buffer(
-    dtype: torch.dtype, precision: str, rdrop: bool
+    dtype: torch.dtype, precision: str
 ) -> None:
     """The loss keeps only the logits for backward (in their own dtype: no float32
     log-probabilities) and writes their gradient once; the estimate's loss term is those two
     and the float32 chunk buffer. On an H200 the former count (four float32 copies) put base's
-    estimate at 1.95x its measured peak (benchmarks/RESULTS.md, issue 38). With R-Drop
-    (``train.rdrop_alpha``) the logits are two passes' and its consistency term has a
-    [tokens x vocab] gradient and chunk buffers of its own: the estimate counts them too."""
+    estimate at 1.95x its measured peak (benchmarks/RESULTS.md, issue 38)."""
     vocab, tokens = 300, 64
-    passes = 2 if rdrop else 1
-    logits = torch.randn(passes, tokens, vocab, dtype=dtype, requires_grad=True)
+    logits = torch.randn(1, tokens, vocab, dtype=dtype, requires_grad=True)
     target = torch.randint(4, vocab, (1, tokens))
     saved: dict[int, int] = {}
 
@@ -401,15 +396,12 @@ def test_loss_estimate_is_the_logits_the_loss_keeps_their_gradient_and_its_buffe
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = training_loss(logits, target, eps=0.1, pad_id=0, rdrop_alpha=5.0 * rdrop).loss
+        loss = label_smoothed_cross_entropy(logits, target, eps=0.1, pad_id=0).loss
     loss.backward()
     assert logits.grad is not None
     gradient = logits.grad.numel() * logits.grad.element_size()
-    buffer = min(GPU_LOSS_ROWS, passes * tokens) * vocab * 4
-    if rdrop:  # the consistency term writes its own gradient and reads through two buffers
-        gradient *= 2
-        buffer += 4 * min(GPU_LOSS_ROWS, tokens) * vocab * 4
-    estimate = pf.estimate_peak_bytes(SMALL, vocab, 1, tokens, precision, rdrop=rdrop)
+    buffer = min(GPU_LOSS_ROWS, tokens) * vocab * 4
+    estimate = pf.estimate_peak_bytes(SMALL, vocab, 1, tokens, precision)
     assert estimate.loss == sum(saved.values()) + gradient + buffer
 
 
@@ -481,30 +473,6 @@ def test_big_on_a_published_gpu_gets_hours_with_the_source_named(
     steps_per_hour = rate * 8 * 3600 / tokens
     assert cells[11] == f"{300_000 / steps_per_hour:,.1f}"  # the recipe's 300k steps
     assert "NVIDIA DeepLearningExamples" in out and f"{rate:,} target tokens/s" in out
-
-
-def test_rdrop_halves_the_recorded_speed_and_says_so(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """R-Drop (``train.rdrop_alpha`` > 0) computes each batch twice: the plan's speed is the
-    recorded one halved, its hours doubled, and the source says why."""
-    recipe = REPO_ROOT / "config" / "experiments" / "wmt14_en_de_big.yaml"
-    config = yaml.safe_load(recipe.read_text())
-    config["experiments"]["wmt14_en_de_big"]["train"]["rdrop_alpha"] = 5.0
-    path = tmp_path / "rdrop.yaml"
-    path.write_text(yaml.safe_dump(config))
-    rows = {}
-    for name, configfile in (("plain", recipe), ("rdrop", path)):
-        argv = ("--configfile", str(configfile), "--gpus", "8", "--gpu-kind", "v100")
-        code, out, _ = _plan(capsys, *argv, "--estimate-only")
-        assert code == 0
-        rows[name] = (_rows(out)["wmt14_en_de_big"], out)
-    (plain, plain_out), (rdrop, rdrop_out) = rows["plain"], rows["rdrop"]
-    assert float(rdrop[11]) == pytest.approx(2 * float(plain[11]), abs=0.1)
-    rate = pf.RECORDED_THROUGHPUT[("big", "v100")].tgt_tokens_per_s
-    assert f"{rate:,.0f} target tokens/s" in plain_out and "halved" not in plain_out
-    assert f"{rate / 2:,.0f} target tokens/s" in rdrop_out
-    assert "halved: R-Drop (train.rdrop_alpha) computes each batch twice" in rdrop_out
 
 
 def test_a_published_speed_is_not_used_for_another_precision(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from transformer_nmt.errors import ConfigError
+from transformer_nmt.removed_keys import removed_key_message
 
 # The strategies that are tested (tests/test_training.py trains two DDP processes with each):
 # "auto" (DDP with gloo on CPU / NCCL on GPU when several processes train) and Lightning's "ddp".
@@ -64,16 +65,6 @@ class TrainConfig:
     # bf16: big +26%, base +54% target tokens/s; benchmarks/RESULTS.md), off on a CPU, whose
     # eager loss in cache-sized chunks is the measured fast path; true / false force it.
     fused_loss: bool | str = "auto"
-    # Flag (paper: no say; autocast's rule keeps it float32): in bf16-/16-mixed training, the
-    # residual connections' LayerNorm outputs in the 16-bit dtype, so that the post-LN residual
-    # stream (§3.1's x + Sublayer(x)) and its dropout move half the bytes. LayerNorm computes in
-    # float32 either way; the stream's sums round to 16 bits (as Megatron-LM's default does).
-    low_precision_residual: bool = False
-    # Flag (paper: 0 = off): R-Drop (Liang et al. 2021), a regulariser for small data: every
-    # batch passes through the model twice (two dropout masks, twice a step's compute) and the
-    # loss adds alpha times the symmetric KL divergence of the two output distributions
-    # (objective.training_loss); the R-Drop paper uses 5 for translation.
-    rdrop_alpha: float = 0.0
     seed: int = 1
     # Flag (none by default): train keys whose value depends on the precision the run trains in,
     # e.g. {"bf16-mixed": {"max_steps": 2400, "lr_cooldown_steps": 750}}: a 16-bit run that
@@ -124,7 +115,8 @@ class TrainConfig:
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(data) - set(names))
         if unknown:
-            raise ConfigError(f"unknown train config key(s) {unknown}; known keys: {sorted(names)}")
+            message = f"unknown train config key(s) {unknown}; known keys: {sorted(names)}"
+            raise ConfigError(removed_key_message("train", unknown) or message)
         values = dict(data)
         if "adam_betas" in values:
             betas = values["adam_betas"]
@@ -255,11 +247,6 @@ def _validate(cfg: TrainConfig) -> None:
     number("adam_eps", 0.0, 1.0)
     number("clip_grad_norm", 0.0, math.inf, allow_none=True)
     number("checkpoint_every_minutes", 0.0, math.inf)
-    alpha = cfg.rdrop_alpha
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 <= alpha < math.inf:
-        raise ConfigError(
-            f"train config key 'rdrop_alpha' must be a number >= 0 (0 = off), got {alpha!r}"
-        )
     for i, beta in enumerate(cfg.adam_betas):
         if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0.0 <= beta < 1.0:
             raise ConfigError(f"train config key 'adam_betas'[{i}] must be in [0, 1), got {beta!r}")
@@ -271,11 +258,6 @@ def _validate(cfg: TrainConfig) -> None:
         )
     if not isinstance(cfg.compile, bool):
         raise ConfigError(f"train config key 'compile' must be true or false, got {cfg.compile!r}")
-    if not isinstance(cfg.low_precision_residual, bool):
-        raise ConfigError(
-            "train config key 'low_precision_residual' must be true or false, got "
-            f"{cfg.low_precision_residual!r}"
-        )
     if cfg.fused_loss not in (True, False, "auto"):
         raise ConfigError(
             f"train config key 'fused_loss' must be auto, true or false, got {cfg.fused_loss!r}"
@@ -284,11 +266,6 @@ def _validate(cfg: TrainConfig) -> None:
         raise ConfigError(
             "train config keys 'compile' and 'loss_chunk_tokens' cannot be combined: "
             "compile covers the unchunked loss only"
-        )
-    if cfg.rdrop_alpha and cfg.loss_chunk_tokens:
-        raise ConfigError(
-            "train config keys 'rdrop_alpha' and 'loss_chunk_tokens' cannot be combined: "
-            "R-Drop's consistency term reads the whole logits of both passes"
         )
     _validate_by_precision(cfg)
     if cfg.precision not in PRECISIONS:

@@ -278,7 +278,6 @@ def loss_path(
     compiled: bool,
     autocast: bool | torch.dtype | None = None,
     dtype: torch.dtype = torch.float32,
-    rdrop: bool = False,
 ) -> str:
     """How ``model_loss`` computes the loss: ``fused`` (``train.fused_loss``: compiled passes
     over the logits), ``projected`` (the ``projected_loss`` CPU fast path: on a CPU, with
@@ -286,13 +285,9 @@ def loss_path(
     (whose bf16 products it computes too; fp16 autocast is not measured on a CPU); bf16-true
     weights would make its softmax bf16) or ``logits`` (eager passes over the [B, T, V]
     logits, the softmax in float32 at least). ``autocast``: the dtype of the autocast the step
-    runs under, or False for none (default: the autocast on now). ``rdrop``
-    (``train.rdrop_alpha`` > 0): R-Drop's consistency term reads both passes' logits, so the
-    projected path, which never forms them, is not taken."""
+    runs under, or False for none (default: the autocast on now)."""
     if fused:
         return "fused"
-    if rdrop:
-        return "logits"
     if autocast is None:
         enabled = torch.is_autocast_enabled(device.type)
         autocast = torch.get_autocast_dtype(device.type) if enabled else False
@@ -305,15 +300,6 @@ def loss_path(
     return "logits"
 
 
-def subset_smoothing(model: Any, eps: float) -> float:
-    """§5.4's label smoothing for ``model``'s softmax: ``eps``, or with ``softmax_vocab``
-    "target" eps * V_out / V, so that every piece of the subset gets the mass eps / V that the
-    shared softmax's smoothing gives it (the mass that went to the pieces outside goes to the
-    reference piece)."""
-    ids = model.output_ids
-    return eps if ids is None else eps * len(ids) / model.tgt_vocab_size
-
-
 def model_loss(
     model: Any,
     batch: dict[str, torch.Tensor],
@@ -322,156 +308,20 @@ def model_loss(
     pad_id: int,
     fused: bool = False,
     forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-    rdrop_alpha: float = 0.0,
 ) -> LossOutput:
     """§5.4's summed loss of ``model`` (a ``Transformer``) on ``batch`` (src, tgt_in, tgt_out),
     by ``loss_path``: ``forward`` is the model's torch.compile wrapper when training compiles
-    it (the logits path), ``fused`` is ``train.fused_loss``. ``rdrop_alpha`` > 0
-    (``train.rdrop_alpha``, training only): each sentence passes through the model twice, in one
-    batch of twice the rows, and ``training_loss`` adds R-Drop's consistency term."""
-    src, tgt_in = batch["src"], batch["tgt_in"]
-    # §3.4 flag softmax_vocab "target": the softmax's rows and the targets' positions among
-    # them (both unchanged when it runs over every piece)
-    tgt_out = model.output_targets(batch["tgt_out"])
-    eps = subset_smoothing(model, eps)
-    dtype = model.projection_weight.dtype
+    it (the logits path), ``fused`` is ``train.fused_loss``."""
+    src, tgt_in, tgt_out = batch["src"], batch["tgt_in"], batch["tgt_out"]
+    weight = model.projection_weight
     compiled = forward is not None
-    rdrop = rdrop_alpha > 0
-    path = loss_path(src.device, fused=fused, compiled=compiled, dtype=dtype, rdrop=rdrop)
-    if path == "projected":
+    if loss_path(src.device, fused=fused, compiled=compiled, dtype=weight.dtype) == "projected":
         hidden, _ = model.decode(tgt_in, model.encode(src), project_output=False)
         return projected_label_smoothed_cross_entropy(
-            hidden, model.output_weight, tgt_out, eps=eps, pad_id=pad_id
+            hidden, weight, tgt_out, eps=eps, pad_id=pad_id
         )
-    if rdrop:  # [2B, S] and [2B, T]: the batch twice; dropout draws its masks per row
-        src, tgt_in = torch.cat([src, src]), torch.cat([tgt_in, tgt_in])
-    logits = (model if forward is None else forward)(src, tgt_in)  # [B or 2B, T, V]
-    return training_loss(
-        logits, tgt_out, eps=eps, pad_id=pad_id, fused=fused, rdrop_alpha=rdrop_alpha
-    )
-
-
-def training_loss(
-    logits: torch.Tensor,
-    target: torch.Tensor,
-    *,
-    eps: float,
-    pad_id: int,
-    fused: bool = False,
-    rdrop_alpha: float = 0.0,
-) -> LossOutput:
-    """The loss a training step minimises, from its logits: §5.4's ``label_smoothed_cross_entropy``
-    of ``logits`` [B, T, V] against ``target`` [B, T]; or, with ``rdrop_alpha`` > 0, R-Drop's
-    (Liang et al. 2021, eq. 3) on ``logits`` [2B, T, V], two dropout passes over the same batch
-    (rows b and B + b are sentence b):
-
-        L = (CE_1 + CE_2) / 2 + alpha / 4 * (KL(P_1 || P_2) + KL(P_2 || P_1)),
-
-    half the paper's CE_1 + CE_2 + alpha / 2 * (KL + KL): one pass's scale, so ``loss`` and
-    ``nll`` stay sums over the batch's ``ntokens`` target tokens (the per-update normalisation
-    and the logged perplexity keep their meaning); Adam does not see the factor."""
-    if rdrop_alpha <= 0:
-        return label_smoothed_cross_entropy(logits, target, eps=eps, pad_id=pad_id, fused=fused)
-    if logits.shape[0] != 2 * target.shape[0]:
-        raise ValueError(
-            f"R-Drop needs the logits of two passes, [2B, T, V], for target [B, T]; got "
-            f"{list(logits.shape)} for {list(target.shape)}"
-        )
-    both = label_smoothed_cross_entropy(
-        logits, torch.cat([target, target]), eps=eps, pad_id=pad_id, fused=fused
-    )
-    keep = target != pad_id  # [B, T]
-    consistency = symmetric_kl(logits, keep)
-    return LossOutput(
-        loss=both.loss / 2 + rdrop_alpha / 4 * consistency, nll=both.nll / 2, ntokens=keep.sum()
-    )
-
-
-def symmetric_kl(logits: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """KL(P_1 || P_2) + KL(P_2 || P_1) summed over the positions ``keep`` [B, T] marks, where
-    ``logits`` [2B, T, V] holds two passes over a batch (rows b and B + b are sentence b) and
-    P_1, P_2 are their softmax distributions (``_SymmetricKL``)."""
-    return _SymmetricKL.apply(logits.reshape(2, -1, logits.shape[-1]), keep.reshape(-1))
-
-
-class _SymmetricKL(torch.autograd.Function):
-    """Summed KL(P_1 || P_2) + KL(P_2 || P_1) of the rows of ``logits`` [2, n, V] (two passes'
-    [n, V] logits) that ``keep`` [n] marks, with the gradient written out, ``_loss_rows`` rows at
-    a time in float32 (at least). Per row, with p = softmax(x) and delta = x_1 - x_2
-    (log p_1 - log p_2 is delta less a constant, which sums to 0 against p_1 - p_2 and against a
-    distribution's deviation):
-
-        S = sum_k (p_1k - p_2k) delta_k,
-        dS / dx_1 = p_1 (delta - <p_1, delta>) + p_1 - p_2,
-        dS / dx_2 = p_2 (<p_2, delta> - delta) + p_2 - p_1.
-
-    Two exponentials per row pair each way, no logarithm; forward keeps each row's log-sum-exp.
-    Autograd through log_softmax keeps six float32 [n, V] tensors and took 4.2x this function's
-    time (2 x 2,048 rows of bf16 logits, V = 8,000, forward and backward on a 2-core Xeon with
-    AMX, amx_bf16 avx512_bf16: 637 against 152 ms; ``benchmarks/bench_rdrop.py``,
-    benchmarks/RESULTS.md)."""
-
-    @staticmethod
-    def forward(ctx, logits, keep):  # type: ignore[no-untyped-def]
-        # logits [2, n, V]: the two passes; one tensor, so that autograd adds one gradient of
-        # its shape to the cross-entropy's instead of zero-filling one per pass
-        compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
-        lse_1 = logits.new_empty(logits.shape[1], dtype=compute)
-        lse_2 = torch.empty_like(lse_1)
-        total = lse_1.new_zeros(())
-        for rows, x_1, x_2, p_1, p_2 in _paired_softmax(logits, compute, lse_1, lse_2):
-            per_row = p_1.sub_(p_2).mul_(x_1.sub_(x_2)).sum(dim=-1)  # [r]
-            total += per_row.masked_fill(~keep[rows], 0.0).sum()
-        ctx.save_for_backward(logits, keep, lse_1, lse_2)
-        return total
-
-    @staticmethod
-    def backward(ctx, grad_total):  # type: ignore[no-untyped-def]
-        logits, keep, lse_1, lse_2 = ctx.saved_tensors
-        grad = torch.empty_like(logits)  # [2, n, V]
-        grad_1, grad_2 = grad[0], grad[1]
-        scale = keep.to(lse_1.dtype) * grad_total.to(lse_1.dtype)  # [n]
-        chunks = _paired_softmax(logits, lse_1.dtype, lse_1, lse_2, known=True)
-        for rows, x_1, x_2, p_1, p_2 in chunks:
-            delta = x_1.sub_(x_2)  # [r, V], in x_1's buffer
-            mean_1 = (p_1 * delta).sum(dim=-1, keepdim=True)  # <p_1, delta> [r, 1]
-            mean_2 = (p_2 * delta).sum(dim=-1, keepdim=True)
-            difference = p_1 - p_2
-            row_scale = scale[rows, None]  # [r, 1]
-            grad_1[rows] = (delta - mean_1).mul_(p_1).add_(difference).mul_(row_scale)
-            # p_2 (<p_2, delta> - delta) + p_2 - p_1 = -(p_2 (delta - <p_2, delta>) + p_1 - p_2)
-            grad_2[rows] = delta.sub_(mean_2).mul_(p_2).add_(difference).mul_(-row_scale)
-        return grad, None
-
-
-def _paired_softmax(
-    logits: torch.Tensor,
-    compute: torch.dtype,
-    lse_1: torch.Tensor,
-    lse_2: torch.Tensor,
-    *,
-    known: bool = False,
-) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(rows, x_1, x_2, softmax(x_1), softmax(x_2)) for chunks of ``_loss_rows`` rows of the two
-    passes' logits ``logits`` [2, n, V], all [r, V] in ``compute`` dtype and in four reused
-    buffers (overwritten by the next chunk). The rows' log-sum-exp are written into ``lse_1``,
-    ``lse_2`` [n], or with ``known`` read from them (backward: the forward's)."""
-    buffers = [_chunk_buffer(logits[0], compute) for _ in range(4)]
-    pairs = zip(_chunks(logits[0], buffers[0]), _chunks(logits[1], buffers[1]), strict=True)
-    for (rows, x_1), (_, x_2) in pairs:
-        probabilities = []
-        for x, lse, buffer in ((x_1, lse_1, buffers[2]), (x_2, lse_2, buffers[3])):
-            p = buffer[: x.shape[0]]
-            if known:
-                torch.sub(x, lse[rows, None], out=p).exp_()
-            else:
-                top = x.amax(dim=-1, keepdim=True)  # [r, 1]
-                torch.sub(x, top, out=p).exp_()  # exp(x - max)
-                total = p.sum(dim=-1, keepdim=True)  # [r, 1]
-                lse[rows] = top[:, 0] + total[:, 0].log()
-                p.div_(total)
-            probabilities.append(p)
-        yield rows, x_1, x_2, probabilities[0], probabilities[1]
+    logits = (model if forward is None else forward)(src, tgt_in)  # [B, T, V]
+    return label_smoothed_cross_entropy(logits, tgt_out, eps=eps, pad_id=pad_id, fused=fused)
 
 
 def fused_loss_wanted(setting: bool | str, device: torch.device) -> bool:

@@ -212,18 +212,11 @@ def plan_experiment(
         throughput = None  # measured in another precision: not this plan's speed
     if throughput is None:
         throughput = scaled_throughput(params, vocab_size, target.kind, _canonical(precision))
-    if throughput is not None and cfg.rdrop_alpha > 0:  # measured with one pass per batch
-        throughput = dataclasses.replace(
-            throughput,
-            tgt_tokens_per_s=throughput.tgt_tokens_per_s / 2,
-            source=f"{throughput.source}, halved: R-Drop (train.rdrop_alpha) computes each "
-            "batch twice",
-        )
     if measure_on is not None:
         measured = measure_peak_bytes(
             model_cfg, vocab_size, rows, width, precision, measure_on,
             timed_steps if target.kind == "cuda" else 0,
-            fused_loss=fused_loss_wanted(cfg.fused_loss, measure_on), rdrop_alpha=cfg.rdrop_alpha,
+            fused_loss=fused_loss_wanted(cfg.fused_loss, measure_on),
         )  # fmt: skip
         peak, source = measured.peak_bytes, "measured"
         if measured.tgt_tokens_per_s > 0:

@@ -168,9 +168,6 @@ class Resolved:
     max_tokens_why: str
     strategy: str  # as configured; "auto" is DDP when several processes train (``strategy_for``)
     accumulation: int | None = None  # micro-batches per update, once the data is known
-    # DDP: some parameters may get no gradient in a step (the model's LayerDrop skips layers),
-    # so DDP's reducer must look for them (find_unused_parameters) instead of waiting for them
-    find_unused_parameters: bool = False
 
     @property
     def world_size(self) -> int:
@@ -221,16 +218,12 @@ def resolve(cfg: TrainConfig) -> Resolved:
 
 def strategy_for(resolved: Resolved) -> Any:
     """Lightning's strategy: as configured, or for "auto" DDP (gloo on CPU, NCCL on GPU) when
-    several processes train, else Lightning's own. DDP looks for parameters without a gradient
-    when ``find_unused_parameters`` says some may have none."""
-    unused = resolved.find_unused_parameters
-    if resolved.strategy == "ddp" and unused:
-        return "ddp_find_unused_parameters_true"  # Lightning's registered name for it
+    several processes train, else Lightning's own."""
     if resolved.strategy != "auto":
         return resolved.strategy
     if resolved.world_size > 1:
         from lightning.pytorch.strategies import DDPStrategy
 
         backend = "gloo" if resolved.accelerator == "cpu" else None
-        return DDPStrategy(process_group_backend=backend, find_unused_parameters=unused)
+        return DDPStrategy(process_group_backend=backend)
     return "auto"

@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader
 from transformer_nmt.data.datamodule import TranslationDataModule
 from transformer_nmt.errors import CheckpointError, ConfigError
 from transformer_nmt.io_utils import write_json
+from transformer_nmt.removed_keys import without_removed
 from transformer_nmt.runs import checkpoints as ckpt_lib
 from transformer_nmt.runs.layout import SUPERSEDED_DIR
 from transformer_nmt.training.config import (
@@ -97,7 +98,8 @@ def _changes(
     if mismatch:
         return mismatch
     # A checkpoint from before a key became resumable recorded it among the learning settings.
-    before = {k: v for k, v in (record.get("train") or {}).items() if k not in RESUMABLE_KEYS}
+    recorded = without_removed("train", record.get("train") or {})
+    before = {k: v for k, v in recorded.items() if k not in RESUMABLE_KEYS}
     now = learning_settings(cfg)
     keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
     if not keys:

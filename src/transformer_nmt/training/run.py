@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from transformer_nmt.data.vocab import VocabInfo, target_side_pieces
+from transformer_nmt.data.vocab import VocabInfo
 from transformer_nmt.errors import ConfigError, UserFacingError
 from transformer_nmt.io_utils import remove_stale_temps, write_json
 from transformer_nmt.model.config import ModelConfig
@@ -122,8 +121,7 @@ def resolve_run(model_cfg: ModelConfig, train_cfg: TrainConfig, vocab: VocabInfo
     ``max_tokens: auto`` sized to this process's device (``preflight.size_max_tokens``: the same
     size on every rank) and every choice logged with its reason. ``plan_start``'s pre-flight
     check then measures the sized batch on a GPU."""
-    # LayerDrop leaves the skipped layers' parameters without a gradient in some steps
-    resolved = replace(resolve(train_cfg), find_unused_parameters=model_cfg.p_drop_layer > 0)
+    resolved = resolve(train_cfg)
     if train_cfg.max_tokens == "auto":
         _, target = this_device(
             resolved.accelerator, local_rank(), resolved.devices, cpu_ram=total_ram_bytes()
@@ -272,28 +270,14 @@ def train_run(
     }
     summary_path = run_dir / SUMMARY_FILE
 
-    softmax_pieces = None
-    if model_cfg.softmax_vocab == "target":  # §3.4 flag: the softmax over the target side's
-        softmax_pieces = torch.from_numpy(
-            target_side_pieces(datamodule.dataset(data.train_split).tgt, vocab)
-        )
-        log.info(
-            "§3.4 softmax over %d of the %d pieces: those of the training targets "
-            "(model softmax_vocab: target)", int(softmax_pieces.sum()), vocab.size,
-        )  # fmt: skip
-        summary["softmax_pieces"] = int(softmax_pieces.sum())
-
     def new_module() -> TranslationModule:
-        module = TranslationModule(
+        return TranslationModule(
             model_cfg.to_dict(),
             vocab.to_dict(),
             train_cfg.to_dict(),
             spm_model=str(data.spm_model),
             valid_split=data.valid_split,
         )
-        if softmax_pieces is not None:  # a resumed run's checkpoint holds the same subset
-            module.model.restrict_output(softmax_pieces)
-        return module
 
     if resume.step >= train_cfg.max_steps:
         log.info("%s is at max_steps=%d: only writing the summary", resume.path, resume.step)
