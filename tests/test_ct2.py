@@ -27,11 +27,8 @@ from transformer_nmt.model.config import ModelConfig, apply_overrides
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.runs.checkpoints import save_model_file
 from transformer_nmt.search import SearchSettings
-from transformer_nmt.training.objective import (
-    build_optimizer,
-    build_scheduler,
-    label_smoothed_cross_entropy,
-)
+from transformer_nmt.training.objective import label_smoothed_cross_entropy
+from transformer_nmt.training.optimizer import build_optimizer, build_scheduler
 
 # A toy language pair: German words translated word by word (same order) into English words.
 LEXICON = {

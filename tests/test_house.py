@@ -80,6 +80,12 @@ def test_no_import_circle_between_modules() -> None:
 CLI_SHARED = {"transformer_nmt.cli", "transformer_nmt.cli.arguments"}
 
 
+def test_no_module_of_the_package_is_over_500_lines() -> None:
+    # one concern per file: a module that grows past this holds more than one
+    long = {name: n for name, p in MODULES.items() if (n := len(p.read_text().splitlines())) > 500}
+    assert not long, long
+
+
 def test_no_stage_cli_imports_another_stages_cli() -> None:
     """A stage's CLI module imports the library and ``cli/arguments.py``, never another
     stage's CLI module (what two stages share lives in the library or in ``arguments``)."""

@@ -22,11 +22,9 @@ from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.training import hardware
 from transformer_nmt.training import preflight as pf
 from transformer_nmt.training.config import TrainConfig
-from transformer_nmt.training.objective import (
-    GPU_LOSS_ROWS,
-    build_optimizer,
-    label_smoothed_cross_entropy,
-)
+from transformer_nmt.training.loss_kernels import GPU_LOSS_ROWS
+from transformer_nmt.training.objective import label_smoothed_cross_entropy
+from transformer_nmt.training.optimizer import build_optimizer
 
 # the starter config for a user's own corpus names files the user brings: tests/test_local_data.py
 RECIPES = sorted(

@@ -233,7 +233,7 @@ def effective_settings(recipe: str) -> dict[str, Any]:
     from transformer_nmt.search.length_penalty import length_penalty
     from transformer_nmt.training import preflight
     from transformer_nmt.training.config import TrainConfig
-    from transformer_nmt.training.objective import PaperSchedule
+    from transformer_nmt.training.optimizer import PaperSchedule
 
     pipeline = load_pipeline(REPO_ROOT / "config" / "experiments" / f"{recipe}.yaml")
     (name,) = pipeline.experiments()

@@ -23,7 +23,7 @@ from transformer_nmt.data.token_array import TokenArray, write_token_array
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.runs.checkpoints import is_weights_only, list_checkpoints, load_checkpoint
 from transformer_nmt.training.config import STRATEGIES, TrainConfig
-from transformer_nmt.training.objective import paper_lr
+from transformer_nmt.training.optimizer import paper_lr
 from transformer_nmt.training.resolution import (
     accumulation,
     resolve,

@@ -47,7 +47,7 @@ class TrainConfig:
     # Flag (paper: 1.0): multiplies the §5.3 learning-rate schedule.
     lr_scale: float = 1.0
     # Flag (paper: null = none): the last N updates before max_steps scale the §5.3 rate down
-    # linearly towards 0 (objective.cooldown_factor); for short runs, where the rate is still high
+    # linearly towards 0 (optimizer.cooldown_factor); for short runs, where the rate is still high
     # at the end.
     lr_cooldown_steps: int | None = None
     adam_betas: tuple[float, float] = (0.9, 0.98)  # §5.3

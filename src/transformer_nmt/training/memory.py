@@ -17,7 +17,7 @@ from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import count_parameters_of
 from transformer_nmt.training.config import TrainConfig
 from transformer_nmt.training.hardware import USABLE_FRACTION
-from transformer_nmt.training.objective import GPU_LOSS_ROWS
+from transformer_nmt.training.loss_kernels import GPU_LOSS_ROWS
 
 # --- shapes --------------------------------------------------------------------------------
 
@@ -85,7 +85,7 @@ def estimate_peak_bytes(
     final = tokens * d * act  # the decoder output the pre-softmax projection reads
     # Backward also holds the gradients of the layer it is in: one decoder layer's worth more.
     activations = cfg.N * (encoder_layer + decoder_layer) + decoder_layer + embeddings + final
-    # The loss (objective._SmoothedCrossEntropy) keeps only the logits for backward, in the
+    # The loss (loss_kernels.SmoothedCrossEntropy) keeps only the logits for backward, in the
     # projection's dtype, and writes their gradient once: two [tokens x vocab] tensors at the
     # peak, plus one float32 buffer of GPU_LOSS_ROWS rows that its chunks reuse (the larger of
     # the devices' row counts). Counting four fp32 copies (autograd through log_softmax) put
@@ -140,7 +140,8 @@ def measure_peak_bytes(
     The memory is freed afterwards; an out-of-memory error is returned as ``peak_bytes = -1``.
     """
     from transformer_nmt.model.transformer import Transformer
-    from transformer_nmt.training.objective import build_optimizer, label_smoothed_cross_entropy
+    from transformer_nmt.training.objective import label_smoothed_cross_entropy
+    from transformer_nmt.training.optimizer import build_optimizer
 
     if device.type != "cuda":
         raise ValueError(f"measure_peak_bytes needs a CUDA device, got {device}")

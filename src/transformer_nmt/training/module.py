@@ -27,15 +27,12 @@ from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.runs.checkpoints import LEARNING_KEY, stack_former_optimizer_state
 from transformer_nmt.training.config import TrainConfig, learning_fingerprint, learning_settings
-from transformer_nmt.training.objective import (
+from transformer_nmt.training.objective import fused_loss_wanted, loss_path, model_loss
+from transformer_nmt.training.optimizer import (
     FUSED_ADAM_DEVICES,
     build_optimizer,
     build_scheduler,
-    chunked_label_smoothed_cross_entropy,
     follow_max_steps,
-    fused_loss_wanted,
-    loss_path,
-    model_loss,
 )
 
 log = logging.getLogger(__name__)
@@ -97,8 +94,10 @@ class TranslationModule(L.LightningModule):
             self.device, fused=fused, compiled=self.train_cfg.compile,
             autocast=mixed.get(str(self.trainer.precision), False),
             dtype=self.model.projection_weight.dtype,
+            chunked=bool(self.train_cfg.loss_chunk_tokens),
         )  # fmt: skip
         described = {
+            "chunked": "chunked (train.loss_chunk_tokens)",
             "fused": "fused, torch.compile'd passes over the logits",
             "projected": "projected by chunks of rows, no [tokens x V] logits (CPU fast path "
             "projected_loss)",
@@ -106,8 +105,7 @@ class TranslationModule(L.LightningModule):
         }
         log.info(
             "loss (§5.4): %s (train.fused_loss: %s%s)",
-            "chunked (train.loss_chunk_tokens)" if self.train_cfg.loss_chunk_tokens
-            else described[path],
+            described[path],
             setting,
             f" on {self.device.type}" if setting == "auto" else "",
         )  # fmt: skip
@@ -137,18 +135,11 @@ class TranslationModule(L.LightningModule):
 
     def _loss(self, batch: dict[str, torch.Tensor]):
         """The batch's summed §5.4 loss."""
-        chunk = self.train_cfg.loss_chunk_tokens
-        if chunk:  # flag: the [tokens x V] logits a chunk at a time (memory, same numbers)
-            enc = self.model.encode(batch["src"])
-            hidden, _ = self.model.decode(batch["tgt_in"], enc, project_output=False)
-            return chunked_label_smoothed_cross_entropy(
-                hidden, self.model.project, batch["tgt_out"],
-                chunk_tokens=chunk, eps=self.eps_ls, pad_id=self.pad_id,
-            )  # fmt: skip
         return model_loss(
             self.model, batch, eps=self.eps_ls, pad_id=self.pad_id,
             fused=fused_loss_wanted(self.train_cfg.fused_loss, batch["src"].device),
             forward=self._forward_model() if self.train_cfg.compile else None,
+            chunk_tokens=self.train_cfg.loss_chunk_tokens,
         )  # fmt: skip
 
     # --- training ------------------------------------------------------------------------------
