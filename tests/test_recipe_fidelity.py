@@ -231,7 +231,7 @@ def effective_settings(recipe: str) -> dict[str, Any]:
     from transformer_nmt.model.config import model_config_from_spec
     from transformer_nmt.model.transformer import shape_model
     from transformer_nmt.search.length_penalty import length_penalty
-    from transformer_nmt.training import preflight
+    from transformer_nmt.training import hardware, preflight
     from transformer_nmt.training.config import TrainConfig
     from transformer_nmt.training.optimizer import PaperSchedule
 
@@ -254,7 +254,7 @@ def effective_settings(recipe: str) -> dict[str, Any]:
 
     def plan(setup: str) -> Any:
         kind, gpus = GPU_SETUPS[setup]
-        target = preflight.gpu_target(kind, gpus)
+        target = hardware.gpu_target(kind, gpus)
         return preflight.plan_experiment(
             name, exp["preset"], model_cfg, train_cfg, vocab_size, target
         )

@@ -24,12 +24,8 @@ from transformer_nmt.errors import ConfigError
 from transformer_nmt.runs.checkpoints import is_weights_only, list_checkpoints, load_checkpoint
 from transformer_nmt.training.config import STRATEGIES, TrainConfig
 from transformer_nmt.training.optimizer import paper_lr
-from transformer_nmt.training.resolution import (
-    accumulation,
-    resolve,
-    resolve_precision,
-    strategy_for,
-)
+from transformer_nmt.training.resolution import resolve, strategy_for
+from transformer_nmt.training.rules import accumulation, resolve_precision
 
 VOCAB = 64
 MODEL = {
@@ -455,7 +451,8 @@ def test_a_resume_with_more_steps_moves_the_lr_cooldown_to_the_new_end(
     """lr_cooldown_steps follows max_steps: a run cooled down towards step 20 and resumed with
     max_steps 30 trains at the §5.3 rate again and cools down towards 30 (the checkpoint's
     schedule said 20)."""
-    from transformer_nmt.runs.metrics_history import METRICS_FILE, read_metrics
+    from transformer_nmt.runs.layout import METRICS_FILE
+    from transformer_nmt.runs.metrics_history import read_metrics
 
     run = tmp_path / "run"
     assert main(train_argv(corpus, run, max_steps=20, lr_cooldown_steps=10)) == 0
@@ -695,7 +692,8 @@ def test_metrics_history_survives_a_resume_without_duplicate_steps(
     """metrics.csv of a run killed after its step-10 rows but before the step-10 checkpoint,
     then resumed from step 5, equals that of an uninterrupted run: the rows beyond step 5 are
     dropped and re-done once; the clock continues from the last row kept."""
-    from transformer_nmt.runs.metrics_history import METRICS_FILE, read_metrics
+    from transformer_nmt.runs.layout import METRICS_FILE
+    from transformer_nmt.runs.metrics_history import read_metrics
 
     whole, split = tmp_path / "whole", tmp_path / "split"
     assert main(train_argv(corpus, whole, max_steps=20)) == 0
@@ -776,7 +774,8 @@ def test_time_based_checkpoints_keep_the_newest_and_validation_bleu(
     )
     assert metrics["val/ppl"] == pytest.approx(math.exp(metrics["val/nll"]))
     # metrics.csv: the BLEUs only in the rows of the validations that measured them
-    from transformer_nmt.runs.metrics_history import METRICS_FILE, read_metrics
+    from transformer_nmt.runs.layout import METRICS_FILE
+    from transformer_nmt.runs.metrics_history import read_metrics
 
     rows = [(r.step, sorted(r.values)) for r in read_metrics(run / METRICS_FILE)]
     val = ["val_bleu", "val_loss", "val_ppl"]

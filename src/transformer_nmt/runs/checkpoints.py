@@ -33,10 +33,6 @@ from transformer_nmt.errors import CheckpointError
 from transformer_nmt.io_utils import atomic_path
 from transformer_nmt.removed_keys import without_removed
 
-# A run's Lightning checkpoints: <run-dir>/CHECKPOINT_DIR/step=00001000.ckpt; FINISHED_FILE in
-# CHECKPOINT_DIR when a run reaches max_steps: the finished run's full settings.
-from transformer_nmt.runs.layout import CHECKPOINT_DIR, FINISHED_FILE  # noqa: F401 (re-export)
-
 MODEL_FILE_FORMAT = "transformer_nmt.model/1"
 # The LightningModule's attribute holding the Transformer (training/module.py).
 MODEL_PREFIX = "model."

@@ -1,6 +1,7 @@
 """Training settings (the twin of ``model/config.py``): ``TrainConfig``, its validation, the
 keys a resume compares, and the fingerprint of the settings that shape learning. What its
-"auto" values become on a machine is ``training/resolution.py``.
+"auto" values become on a machine is ``training/rules.py``, applied once by
+``training/resolution.py``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class TrainConfig:
     max_steps: int = 100_000  # §5.2: base 100k steps, big 300k
     # Tokens (with padding) per device per batch, or "auto": the largest whose worst-case batch
     # fits the device's memory with a margin, at most the device's share of tokens_per_update
-    # (training/preflight.py, auto_max_tokens); gradient accumulation fills the §5.1 update.
+    # (training/memory.py, auto_max_tokens); gradient accumulation fills the §5.1 update.
     max_tokens: int | str = 4096
     # §5.1: ~25k source + ~25k target tokens per optimizer step. Counted as *real* target
     # tokens (y EOS, no padding): the gradient accumulation is the number of micro-batches,
@@ -70,7 +71,7 @@ class TrainConfig:
     # e.g. {"bf16-mixed": {"max_steps": 2400, "lr_cooldown_steps": 750}}: a 16-bit run that
     # computes faster can take more steps in the same minutes. Applied once the precision is
     # resolved (``for_precision``); with a "bf16-mixed" entry, precision: auto on a CPU with bf16
-    # instructions trains in bf16-mixed (training/resolution.py, precision_choice).
+    # instructions trains in bf16-mixed (training/rules.py, precision_choice).
     by_precision: dict[str, dict[str, Any]] = field(default_factory=dict)
     # "auto" = bf16-mixed on GPUs with bf16 (a speed departure from the paper's fp32 P100
     # training, numerically benign), else 32-true; or any Lightning precision string.
