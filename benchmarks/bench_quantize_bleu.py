@@ -52,11 +52,8 @@ def train_toy(root: Path, updates: int) -> tuple[Path, Path]:
     from transformer_nmt.model.config import ModelConfig
     from transformer_nmt.model.transformer import Transformer
     from transformer_nmt.runs.checkpoints import save_model_file
-    from transformer_nmt.training.objective import (
-        build_optimizer,
-        build_scheduler,
-        label_smoothed_cross_entropy,
-    )
+    from transformer_nmt.training.objective import label_smoothed_cross_entropy
+    from transformer_nmt.training.optimizer import build_optimizer, build_scheduler
 
     corpus = root / "corpus.txt"
     corpus.write_text("\n".join(s for p in toy_pairs(300, 0) for s in p) + "\n", encoding="utf-8")

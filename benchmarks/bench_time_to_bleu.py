@@ -220,7 +220,7 @@ def peer_train_config(exp: dict[str, Any], data: dict[str, Any], peer_dir: Path,
 
     from transformer_nmt.model.config import model_config_from_spec
     from transformer_nmt.training.config import TrainConfig
-    from transformer_nmt.training.resolution import accumulation, resolve_precision
+    from transformer_nmt.training.rules import accumulation, resolve_precision
 
     spec = {"preset": exp["preset"], "overrides": exp.get("model_overrides") or {}}
     model = model_config_from_spec(spec)

@@ -48,13 +48,8 @@ from harness import allocator_as_in_the_stages, machine, write_result
 
 from transformer_nmt.model.config import ModelConfig, get_preset
 from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.training.objective import (
-    FUSED_ADAM_DEVICES,
-    build_optimizer,
-    build_scheduler,
-    fused_loss_wanted,
-    model_loss,
-)
+from transformer_nmt.training.objective import fused_loss_wanted, model_loss
+from transformer_nmt.training.optimizer import FUSED_ADAM_DEVICES, build_optimizer, build_scheduler
 
 OUT = Path(__file__).resolve().parent / "out" / "training.json"
 REPO = Path(__file__).resolve().parent.parent

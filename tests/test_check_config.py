@@ -1,4 +1,5 @@
-"""check-config: a config file's YAML syntax error names its file, line and column."""
+"""check-config: a config file's YAML syntax error names its file, line and column; a removed
+key names its release and the record that measured it."""
 
 from __future__ import annotations
 
@@ -6,8 +7,13 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from transformer_nmt.cli import main
+from transformer_nmt.errors import ConfigError
+from transformer_nmt.model.config import ModelConfig, apply_overrides
+from transformer_nmt.removed_keys import REMOVED_KEYS
+from transformer_nmt.training.config import TrainConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,3 +42,40 @@ def test_a_schema_error_names_the_key_and_a_valid_config_passes(
     assert f"{bad}: config: experiments.multi30k_en_de_tiny.train.max_steps:" in err
     assert main(["check-config", str(REPO / "config" / "config.yaml")]) == 0
     assert "valid (1 experiment(s): multi30k_en_de_tiny)" in capsys.readouterr().out
+
+
+def test_a_removed_key_is_one_line_naming_its_release_and_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text(encoding="utf-8"))
+    config["experiments"]["multi30k_en_de_tiny"]["model_overrides"]["p_drop_layer"] = 0.1
+    bad = tmp_path / "layerdrop.yaml"
+    bad.write_text(yaml.safe_dump(config), encoding="utf-8")
+    assert main(["check-config", str(bad)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(
+        f"error: {bad}: config: experiments.multi30k_en_de_tiny.model_overrides: model config "
+        "key 'p_drop_layer' was removed in release 0.1.0 (LayerDrop: measured and not adopted, "
+        'benchmarks/RESULTS.md, section "LayerDrop: built'
+    )
+    assert line.endswith("delete the key")
+    # the model and train configs' own checks say the same
+    for build, key in (
+        (lambda: ModelConfig.from_dict({"p_drop_layer": 0.1}), "p_drop_layer"),
+        (lambda: apply_overrides(ModelConfig(), ["softmax_vocab=target"]), "softmax_vocab"),
+        (lambda: TrainConfig.from_dict({"rdrop_alpha": 5.0}), "rdrop_alpha"),
+    ):
+        with pytest.raises(ConfigError, match=f"key '{key}' was removed in release 0.1.0"):
+            build()
+    # a run recorded before the removal holds the keys at the paper's value: the same model
+    recorded = {**ModelConfig().to_dict(), "softmax_vocab": "shared", "p_drop_layer": 0.0}
+    assert ModelConfig.from_dict(recorded) == ModelConfig()
+
+
+def test_every_removed_key_names_a_record_that_exists() -> None:
+    for key, removed in REMOVED_KEYS.items():
+        path, _, section = removed.record.partition(", section ")
+        assert (REPO / path).is_file(), key
+        if section:
+            text = (REPO / path).read_text(encoding="utf-8")
+            assert f"### {section.strip(chr(34))}" in text, key

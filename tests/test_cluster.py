@@ -16,7 +16,7 @@ from lightning.fabric.plugins.environments import (
 
 from transformer_nmt.data.vocab import VocabInfo
 from transformer_nmt.model.config import get_preset
-from transformer_nmt.training import preflight, run
+from transformer_nmt.training import preflight, resolution, run
 from transformer_nmt.training.cluster import cluster_environment, local_rank
 from transformer_nmt.training.config import TrainConfig
 
@@ -99,5 +99,6 @@ def test_the_preflight_measures_on_the_ranks_own_gpu(
     cfg = TrainConfig(max_steps=10, accelerator="gpu", precision="bf16-mixed")
     vocab = VocabInfo(size=500, pad_id=0, unk_id=1, bos_id=2, eos_id=3, sha256="0" * 64)
     model_cfg = get_preset("tiny")
-    run.plan_start(tmp_path / "run", model_cfg, cfg, vocab, run.resolve_run(model_cfg, cfg, vocab))
+    resolved = resolution.resolve_run(model_cfg, cfg, vocab)
+    run.plan_start(tmp_path / "run", model_cfg, cfg, vocab, resolved)
     assert asked == [torch.device("cuda", 3), torch.device("cuda", 3)]

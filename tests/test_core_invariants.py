@@ -38,12 +38,14 @@ from transformer_nmt.model.transformer import key_padding_mask
 from transformer_nmt.search import SearchSettings, beam_search, greedy_search, length_penalty
 from transformer_nmt.search._stepper import Stepper
 from transformer_nmt.training.objective import (
+    chunked_label_smoothed_cross_entropy,
+    label_smoothed_cross_entropy,
+)
+from transformer_nmt.training.optimizer import (
     PaperSchedule,
     build_optimizer,
     build_scheduler,
-    chunked_label_smoothed_cross_entropy,
     follow_max_steps,
-    label_smoothed_cross_entropy,
     paper_lr,
 )
 

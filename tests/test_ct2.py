@@ -7,7 +7,6 @@ skipped with the reason when it is not installed; the install hint is tested wit
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 from pathlib import Path
@@ -28,11 +27,8 @@ from transformer_nmt.model.config import ModelConfig, apply_overrides
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.runs.checkpoints import save_model_file
 from transformer_nmt.search import SearchSettings
-from transformer_nmt.training.objective import (
-    build_optimizer,
-    build_scheduler,
-    label_smoothed_cross_entropy,
-)
+from transformer_nmt.training.objective import label_smoothed_cross_entropy
+from transformer_nmt.training.optimizer import build_optimizer, build_scheduler
 
 # A toy language pair: German words translated word by word (same order) into English words.
 LEXICON = {
@@ -384,45 +380,3 @@ def test_int8_quantised_torch_decoding_mostly_agrees(trained_model) -> None:
         Translator(
             trained_model["model"], trained_model["spm"], settings, device="cuda", quantize="int8"
         )
-
-
-def test_a_target_side_softmax_exports_as_its_own_target_vocabulary(
-    ct2, spm_model, tmp_path
-) -> None:
-    """``softmax_vocab: target``: CTranslate2's target vocabulary is the softmax's pieces; it
-    scores targets as our model does and translates to the same greedy output."""
-    import ctranslate2
-    import sentencepiece as spm
-
-    sp = spm.SentencePieceProcessor(model_file=str(spm_model))
-    pairs = _pairs(40, seed=7)
-    keep = torch.zeros(sp.get_piece_size(), dtype=torch.bool)
-    keep[[PAD_ID, 1, BOS_ID, EOS_ID]] = True
-    for _, tgt in _pairs(300, 0):
-        keep[sp.encode(tgt)] = True
-    torch.manual_seed(0)
-    model = Transformer(apply_overrides(TINY, ["softmax_vocab=target"]), vocab_size=320)
-    model.restrict_output(keep)
-    model.eval()
-    ct2.export_ct2(_save(tmp_path / "model.pt", model, spm_model), spm_model, tmp_path / "ct2")
-    target_vocabulary = json.loads((tmp_path / "ct2" / "target_vocabulary.json").read_text())
-    assert target_vocabulary == [sp.id_to_piece(i) for i in keep.nonzero().flatten().tolist()]
-    assert int(keep.sum()) < sp.get_piece_size()
-    translator = ctranslate2.Translator(str(tmp_path / "ct2"), intra_threads=1)
-    results = translator.score_batch(
-        [sp.encode(a, out_type=str) for a, _ in pairs[:6]],
-        [sp.encode(b, out_type=str) for _, b in pairs[:6]],
-    )
-    for (src, tgt), result in zip(pairs[:6], results, strict=True):
-        y = sp.encode(tgt)
-        with torch.no_grad():
-            enc = model.encode(torch.tensor([sp.encode(src) + [EOS_ID]]))
-            logits, _ = model.decode(torch.tensor([[BOS_ID, *y]]), enc)
-        ours = logits.log_softmax(-1)[0, torch.arange(len(y) + 1), torch.tensor([*y, EOS_ID])]
-        np.testing.assert_allclose(result.log_probs, ours.numpy(), atol=1e-4)
-    settings = SearchSettings(beam=1)
-    lines = [src for src, _ in pairs]
-    ours = _translations(Translator(tmp_path / "model.pt", spm_model, settings), lines)
-    engine = open_translator("ctranslate2", tmp_path / "ct2", spm_model, settings)
-    theirs = _translations(engine, lines)
-    assert theirs == ours

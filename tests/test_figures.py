@@ -13,8 +13,8 @@ import pytest
 from transformer_nmt.cli import main
 from transformer_nmt.errors import DataError
 from transformer_nmt.evaluation.figures import make_figures
+from transformer_nmt.runs.layout import METRICS_FILE
 from transformer_nmt.runs.metrics_history import (
-    METRICS_FILE,
     MetricsRow,
     append_metrics,
     read_metrics,

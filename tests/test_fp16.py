@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 from tests.test_loss_normalisation import VOCAB, _batches, _model_config
 from transformer_nmt.training.config import TrainConfig
 from transformer_nmt.training.module import TranslationModule
-from transformer_nmt.training.resolution import resolve_precision
+from transformer_nmt.training.rules import resolve_precision
 
 INIT_SCALE = 2.0**10
 POISONED_STEP = 2  # global_step during the poisoned update (the third)
@@ -107,8 +107,8 @@ def test_auto_precision_on_a_cpu_follows_its_bf16_support_and_says_why(
 ) -> None:
     """One function decides from the CPU's bf16 support (torch's own probes, mocked here) by
     the measured table; the reason is what the train log and MLflow give."""
-    from transformer_nmt.training import preflight
-    from transformer_nmt.training.resolution import (
+    from transformer_nmt.training import hardware, preflight
+    from transformer_nmt.training.rules import (
         CPU_AUTO_PRECISION,
         cpu_bf16_support,
         precision_choice,
@@ -123,7 +123,7 @@ def test_auto_precision_on_a_cpu_follows_its_bf16_support_and_says_why(
     # a CPU class measured to pay in bf16 trains in it, and plan says the same
     monkeypatch.setitem(CPU_AUTO_PRECISION, kind, ("bf16-mixed", "measured to pay"))
     assert precision_choice(cpu) == ("bf16-mixed", "auto on this CPU: measured to pay")
-    assert preflight.resolve_plan_precision(cpu, preflight.cpu_target()) == "bf16-mixed"
+    assert preflight.resolve_plan_precision(cpu, hardware.cpu_target()) == "bf16-mixed"
     assert precision_choice(TrainConfig(accelerator="cpu", precision="32-true")) == (
         "32-true", "set in the config",
     )  # fmt: skip
@@ -135,7 +135,7 @@ def test_auto_pad_multiple_rounds_widths_only_for_16_bit_training(
     """``pad_multiple: auto`` follows the precision the run trains in: 8 in bf16/fp16 (kernels
     per batch shape), 1 in fp32; a number is kept; anything else is a ConfigError naming it."""
     from transformer_nmt.errors import ConfigError
-    from transformer_nmt.training.resolution import (
+    from transformer_nmt.training.rules import (
         CPU_AUTO_PRECISION,
         cpu_bf16_support,
         pad_multiple_choice,
@@ -167,8 +167,8 @@ def test_a_config_that_sizes_a_bf16_run_trains_in_bf16_where_the_cpu_has_it(
     """``train.by_precision`` with a bf16-mixed entry: ``auto`` on a CPU with bf16 (AMX or
     AVX512-BF16) trains in bf16-mixed with that entry's steps, and says so; a CPU without bf16
     keeps fp32 and the config's own steps. ``plan`` resolves and sizes the same way."""
-    from transformer_nmt.training import preflight
-    from transformer_nmt.training.resolution import CPU_AUTO_PRECISION, precision_choice
+    from transformer_nmt.training import hardware, preflight
+    from transformer_nmt.training.rules import CPU_AUTO_PRECISION, precision_choice
 
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
@@ -186,7 +186,7 @@ def test_a_config_that_sizes_a_bf16_run_trains_in_bf16_where_the_cpu_has_it(
         assert "train.by_precision: max_steps 2400, lr_cooldown_steps 750" in why
         sized = cfg.for_precision(precision)
         assert (sized.max_steps, sized.lr_cooldown_steps) == (2400, 750)
-    assert preflight.resolve_plan_precision(cfg, preflight.cpu_target()) == precision
+    assert preflight.resolve_plan_precision(cfg, hardware.cpu_target()) == precision
     # an empty entry (a benchmark's own steps win) still says: a bf16 run is sized
     empty = precision_choice(TrainConfig(accelerator="cpu", by_precision={"bf16-mixed": {}}))
     assert empty[0] == precision and (kind == "none" or empty[1].endswith("as configured)"))

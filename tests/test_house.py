@@ -80,6 +80,12 @@ def test_no_import_circle_between_modules() -> None:
 CLI_SHARED = {"transformer_nmt.cli", "transformer_nmt.cli.arguments"}
 
 
+def test_no_module_of_the_package_is_over_500_lines() -> None:
+    # one concern per file: a module that grows past this holds more than one
+    long = {name: n for name, p in MODULES.items() if (n := len(p.read_text().splitlines())) > 500}
+    assert not long, long
+
+
 def test_no_stage_cli_imports_another_stages_cli() -> None:
     """A stage's CLI module imports the library and ``cli/arguments.py``, never another
     stage's CLI module (what two stages share lives in the library or in ``arguments``)."""
@@ -112,7 +118,6 @@ def test_inference_and_tracking_never_import_training_code() -> None:
     bad = []
     for room, forbidden in (
         ("transformer_nmt.inference", ("transformer_nmt.training",)),
-        ("transformer_nmt.translation", ("transformer_nmt.training",)),
         ("transformer_nmt.tracking", ("transformer_nmt.training", "transformer_nmt.inference")),
         ("transformer_nmt.runs", ("transformer_nmt.training", "transformer_nmt.inference")),
     ):
@@ -123,7 +128,6 @@ def test_inference_and_tracking_never_import_training_code() -> None:
 
 def test_the_inference_wing_imports_no_lightning_in_a_fresh_interpreter() -> None:
     modules = [m for m in _rooms("transformer_nmt.inference") if not m.endswith("_mlflow_model")]
-    modules.append("transformer_nmt.translation")  # the API's former home, kept for scripts
     code = (
         f"import sys, {', '.join(modules)}\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'lightning', 'pytorch_lightning',"
@@ -132,15 +136,6 @@ def test_the_inference_wing_imports_no_lightning_in_a_fresh_interpreter() -> Non
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
-
-
-def test_the_former_translation_module_offers_the_same_objects() -> None:
-    from transformer_nmt import Translator, translation
-    from transformer_nmt.inference import factory, output
-
-    assert translation.Translator is Translator
-    assert translation.open_translator is factory.open_translator
-    assert translation.SentenceAttention is output.SentenceAttention
 
 
 BENCHMARKS = PACKAGE.parents[1] / "benchmarks"
@@ -171,64 +166,36 @@ def test_no_import_circle_between_benchmark_scripts() -> None:
     assert circles == []
 
 
-# The documented module paths before the inference wing and runs/ (2026-11-25): each still
-# imports, gives the new module's objects and warns (CHANGELOG.md lists them).
+# Module paths that moved before the first release: each name has one import path, its new
+# home (CHANGELOG.md, "Removed", names both).
 FORMER_PATHS = {
-    "checkpoints": ("runs.checkpoints", "load_model_file"),
-    "metrics_history": ("runs.metrics_history", "read_metrics"),
-    "selection": ("evaluation.selection", "select_average"),
-    "ct2": ("inference.ct2", "export_ct2"),
-    "serving": ("inference.serving", "log_translator_model"),
+    "translation": "inference",
+    "checkpoints": "runs.checkpoints",
+    "metrics_history": "runs.metrics_history",
+    "selection": "evaluation.selection",
+    "ct2": "inference.ct2",
+    "serving": "inference.serving",
 }
 
 
-def test_former_module_paths_still_import_with_a_warning() -> None:
-    code = "\n".join(
-        [
-            "import importlib, json, warnings",
-            "out = {}",
-            f"for old, (new, name) in {FORMER_PATHS!r}.items():",
-            "    with warnings.catch_warnings(record=True) as seen:",
-            "        warnings.simplefilter('always')",
-            "        former = importlib.import_module('transformer_nmt.' + old)",
-            "    moved = [str(w.message) for w in seen if w.category is FutureWarning]",
-            "    same = getattr(former, name) is getattr(importlib.import_module("
-            "'transformer_nmt.' + new), name)",
-            "    out[old] = [same, moved]",
-            "print(json.dumps(out))",
-        ]
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    import json
-
-    for old, (same, moved) in json.loads(result.stdout.splitlines()[-1]).items():
-        new = FORMER_PATHS[old][0]
-        assert same, old
-        assert moved == [
-            f"transformer_nmt.{old} moved to transformer_nmt.{new} (CHANGELOG.md); "
-            "this alias will be removed"
-        ]
+def test_a_moved_module_has_no_alias_at_its_former_path() -> None:
     changelog = (PACKAGE.parents[1] / "CHANGELOG.md").read_text(encoding="utf-8")
-    assert all(f"`transformer_nmt.{old}`" in changelog for old in FORMER_PATHS)
+    for old, new in FORMER_PATHS.items():
+        assert f"transformer_nmt.{old}" not in MODULES, old
+        assert f"transformer_nmt.{new}" in MODULES, new
+        assert f"`transformer_nmt.{old}` | `transformer_nmt.{new}`" in changelog, old
 
 
-def test_the_search_names_of_the_former_translation_module_warn() -> None:
-    import warnings
-
-    from transformer_nmt import search, translation
-
-    for name in ("beam_search", "SearchSettings", "Hypothesis"):
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
-            assert getattr(translation, name) is getattr(search, name)
-        assert [w.category for w in seen] == [FutureWarning]
-    try:
-        translation.greedy_search  # noqa: B018  (never in the former module)
-    except AttributeError as err:
-        assert "has no attribute 'greedy_search'" in str(err)
-    else:
-        raise AssertionError("translation.greedy_search exists")
+def test_no_module_re_exports_another_modules_names() -> None:
+    """One import path per name: a module other than a package's ``__init__`` imports the
+    package's names to use them, never to pass them on (``__all__``, an import kept unused)."""
+    found = [
+        name
+        for name, path in MODULES.items()
+        if path.name != "__init__.py"
+        and any(mark in path.read_text(encoding="utf-8") for mark in ("__all__ =", "noqa: F401"))
+    ]
+    assert found == []
 
 
 def test_argparse_stays_in_the_cli() -> None:
@@ -243,7 +210,7 @@ def test_argparse_stays_in_the_cli() -> None:
     assert found == []
 
 
-# The rules that turn a config's "auto" values into this machine's (training/resolution.py,
+# The rules that turn a config's "auto" values into this machine's (training/rules.py,
 # preflight.size_max_tokens); ``accumulation`` and ``resolve`` apply them too.
 RESOLVING = {
     "resolve", "resolve_accelerator", "resolve_devices", "resolve_precision", "precision_choice",
@@ -251,7 +218,11 @@ RESOLVING = {
 }  # fmt: skip
 
 
-RULE_MODULES = {"transformer_nmt.training.resolution", "transformer_nmt.training.preflight"}
+RULE_MODULES = {
+    "transformer_nmt.training.rules",
+    "transformer_nmt.training.resolution",
+    "transformer_nmt.training.preflight",
+}
 
 
 def _resolving_calls(name: str) -> list[tuple[str, str]]:
@@ -295,7 +266,7 @@ def _resolving_calls(name: str) -> list[tuple[str, str]]:
 
 def test_a_run_resolves_its_auto_settings_once() -> None:
     """A training run resolves accelerator, devices, precision, pad multiple and
-    ``max_tokens: auto`` in one place (``training.run.resolve_run``); the trainer, the data
+    ``max_tokens: auto`` in one place (``training.resolution.resolve_run``); the trainer, the data
     module, the module, the callbacks and the CLI read its ``Resolved`` record and call no
     rule again."""
     run_time = [
@@ -305,11 +276,9 @@ def test_a_run_resolves_its_auto_settings_once() -> None:
         and name not in RULE_MODULES  # the rules themselves; the planner, for any machine
     ] + ["transformer_nmt.cli.train"]
     calls = {name: _resolving_calls(name) for name in run_time}
-    assert calls["transformer_nmt.training.run"], "the graph should see resolve_run's calls"
+    resolving = _resolving_calls("transformer_nmt.training.resolution")
+    assert ("resolve_run", "size_max_tokens") in resolving, "the graph should see the calls"
     elsewhere = sorted(
-        (name, function, called)
-        for name, found in calls.items()
-        for function, called in found
-        if (name, function) != ("transformer_nmt.training.run", "resolve_run")
+        (name, function, called) for name, found in calls.items() for function, called in found
     )
     assert elsewhere == []

@@ -7,11 +7,8 @@ import torch
 
 from transformer_nmt.model import Transformer, apply_overrides, get_preset
 from transformer_nmt.search import beam_search, greedy_search
-from transformer_nmt.training.objective import (
-    build_optimizer,
-    build_scheduler,
-    label_smoothed_cross_entropy,
-)
+from transformer_nmt.training.objective import label_smoothed_cross_entropy
+from transformer_nmt.training.optimizer import build_optimizer, build_scheduler
 
 PAD, BOS, EOS = 0, 2, 3
 SYMBOLS = 10  # ids 4 .. 13

@@ -71,14 +71,8 @@ def _module(**train: object) -> GradientRecorder:
     return GradientRecorder(_model_config(), dict(VOCAB), train).double()
 
 
-def update_gradient(
-    batches: list[dict[str, torch.Tensor]], accumulate: int, forward_rows=None, **train
-) -> dict:
-    """The normalised gradient of one update; ``forward_rows`` is called with the row count of
-    every training forward of the model."""
+def update_gradient(batches: list[dict[str, torch.Tensor]], accumulate: int, **train) -> dict:
     module = _module(**train)
-    if forward_rows is not None:
-        module.model.register_forward_pre_hook(lambda _, args: forward_rows(args[0].shape[0]))
     trainer = L.Trainer(
         accelerator="cpu",
         devices=1,
@@ -118,20 +112,6 @@ def test_chunked_loss_flag_gives_the_same_update_gradient() -> None:
     plain = update_gradient(batches, accumulate=len(batches))
     chunked = update_gradient(batches, accumulate=len(batches), loss_chunk_tokens=5)
     _assert_equal_gradients(chunked, plain)
-
-
-def test_rdrop_without_dropout_gives_the_same_update_gradient() -> None:
-    """train.rdrop_alpha: the training step runs each micro-batch twice (2B rows), and the
-    update stays normalised by one pass's target tokens: without dropout (both passes equal,
-    the KL term and its gradient zero) the update's gradient is the plain one."""
-    batches = _batches()
-    plain = update_gradient(batches, accumulate=len(batches))
-    rows: list[int] = []
-    rdrop = update_gradient(
-        batches, accumulate=len(batches), rdrop_alpha=5.0, forward_rows=rows.append
-    )
-    assert rows == [2 * len(b["src"]) for b in batches]  # each micro-batch twice
-    _assert_equal_gradients(rdrop, plain)
 
 
 def _mean_of_per_batch_means(batches: list[dict[str, torch.Tensor]]) -> dict:

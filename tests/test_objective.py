@@ -1,4 +1,5 @@
-"""§5.3 learning-rate schedule and Adam, §5.4 label-smoothed cross-entropy."""
+"""§5.4 label-smoothed cross-entropy: the loss of given logits, its chunked, projected and fused
+forms, and the one a training step takes (``model_loss``, ``loss_path``)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from transformer_nmt.training.objective import (
-    FUSED_ADAM_DEVICES,
-    build_optimizer,
-    build_scheduler,
     chunked_label_smoothed_cross_entropy,
-    cooldown_factor,
-    follow_max_steps,
     label_smoothed_cross_entropy,
     loss_path,
     model_loss,
-    paper_lr,
     projected_label_smoothed_cross_entropy,
-    symmetric_kl,
-    training_loss,
 )
 
 
@@ -78,9 +71,9 @@ def test_gradients_equal_autograd_through_torch_cross_entropy(monkeypatch, rows_
     F.cross_entropy(label_smoothing), in one row chunk or many (15 rows: the last chunk is
     shorter); padded rows get none, and the logits are left as they were (the chunks are
     computed in place in a buffer of copies)."""
-    from transformer_nmt.training import objective
+    from transformer_nmt.training import loss_kernels
 
-    monkeypatch.setattr(objective, "CPU_LOSS_ROWS", rows_per_chunk)
+    monkeypatch.setattr(loss_kernels, "CPU_LOSS_ROWS", rows_per_chunk)
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(3, 5, 13, generator=g, dtype=torch.float64, requires_grad=True)
     target = torch.randint(1, 13, (3, 5), generator=g)
@@ -140,7 +133,7 @@ def test_fused_loss_equals_the_eager_one(device, dtype):
 def test_a_failed_loss_compile_warns_once_and_the_eager_loss_serves(monkeypatch):
     """A node where torch.compile fails (e.g. no C compiler for Triton): one warning naming
     train.fused_loss, the eager loss's numbers, and no second attempt in the process."""
-    from transformer_nmt.training import objective
+    from transformer_nmt.training import loss_kernels
 
     attempts = []
 
@@ -151,8 +144,8 @@ def test_a_failed_loss_compile_warns_once_and_the_eager_loss_serves(monkeypatch)
 
         return run
 
-    monkeypatch.setattr(objective, "_compiled", failing)
-    monkeypatch.setattr(objective, "_COMPILE_FAILED", [])
+    monkeypatch.setattr(loss_kernels, "_compiled", failing)
+    monkeypatch.setattr(loss_kernels, "_COMPILE_FAILED", [])
     g = torch.Generator().manual_seed(6)
     logits = torch.randn(3, 4, 17, generator=g)
     target = torch.randint(1, 17, (3, 4), generator=g)
@@ -201,96 +194,6 @@ def test_bf16_logits_get_a_bf16_gradient_close_to_the_float32_one():
     torch.testing.assert_close(grads[1], grads[0], atol=1e-2, rtol=2e-2)
 
 
-def test_paper_lr_values():
-    d_model, warmup = 512, 4000
-
-    def formula(step):
-        return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
-
-    assert paper_lr(1, d_model, warmup) == pytest.approx(d_model**-0.5 * warmup**-1.5)
-    assert paper_lr(4000, d_model, warmup) == pytest.approx(formula(4000))
-    assert paper_lr(4000, d_model, warmup) == pytest.approx(512**-0.5 * 4000**-0.5)  # the peak
-    assert paper_lr(100000, d_model, warmup) == pytest.approx(512**-0.5 * 100000**-0.5)
-    assert paper_lr(0, d_model, warmup) == 0.0
-    assert paper_lr(100, d_model, warmup, scale=2.0) == pytest.approx(2 * formula(100))
-    assert paper_lr(3999, d_model) < paper_lr(4000, d_model) > paper_lr(4001, d_model)
-
-
-def test_scheduler_gives_update_k_the_lr_of_step_k():
-    param = torch.nn.Parameter(torch.zeros(2))
-    optimizer = build_optimizer([param])
-    group = optimizer.param_groups[0]
-    assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9
-    scheduler = build_scheduler(optimizer, d_model=64, warmup=10, scale=0.5)
-    seen = []
-    for _ in range(15):
-        seen.append(optimizer.param_groups[0]["lr"])
-        param.grad = torch.ones(2)
-        optimizer.step()
-        scheduler.step()
-    assert seen == pytest.approx([paper_lr(k, 64, 10, 0.5) for k in range(1, 16)])
-    # the schedule survives a checkpoint round trip (resume)
-    state = scheduler.state_dict()
-    optimizer2 = build_optimizer([torch.nn.Parameter(torch.zeros(2))])
-    scheduler2 = build_scheduler(optimizer2, d_model=64, warmup=10, scale=0.5)
-    scheduler2.load_state_dict(state)
-    assert scheduler2.get_last_lr()[0] == pytest.approx(paper_lr(16, 64, 10, 0.5))
-
-
-def run_schedule(scheduler, optimizer, updates: int) -> list[float]:
-    """The learning rate of each of the next ``updates`` optimizer updates."""
-    seen = []
-    for _ in range(updates):
-        seen.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    return seen
-
-
-def test_cooldown_scales_the_last_n_updates_down_linearly_and_nothing_before():
-    assert [cooldown_factor(k, 10, 4) for k in range(1, 11)] == [1.0] * 6 + [1, 0.75, 0.5, 0.25]
-    assert cooldown_factor(3, 10, None) == 1.0 and cooldown_factor(11, 10, 4) == 0.0
-    param = torch.nn.Parameter(torch.zeros(2))
-    param.grad = torch.ones(2)
-    optimizer = build_optimizer([param])
-    scheduler = build_scheduler(
-        optimizer, d_model=64, warmup=4, scale=0.5, cooldown_steps=4, max_steps=10
-    )
-    seen = run_schedule(scheduler, optimizer, 10)
-    expected = [paper_lr(k, 64, 4, 0.5) * cooldown_factor(k, 10, 4) for k in range(1, 11)]
-    assert seen == pytest.approx(expected)
-    assert seen[:6] == pytest.approx([paper_lr(k, 64, 4, 0.5) for k in range(1, 7)])
-    assert seen[-1] == pytest.approx(paper_lr(10, 64, 4, 0.5) / 4)
-    with pytest.raises(ValueError, match="max_steps"):
-        build_scheduler(build_optimizer([param]), d_model=64, cooldown_steps=4)
-
-
-def test_a_resume_with_a_later_max_steps_moves_the_cooldown_there():
-    # A run with max_steps 10 stopped at 8 (inside its cooldown), resumed with max_steps 20:
-    # the saved schedule says 10, the resumed job's 20 wins, from the very next update.
-    param = torch.nn.Parameter(torch.zeros(2))
-    param.grad = torch.ones(2)
-    optimizer = build_optimizer([param])
-    scheduler = build_scheduler(optimizer, d_model=64, warmup=4, cooldown_steps=4, max_steps=10)
-    run_schedule(scheduler, optimizer, 8)
-    optimizer2 = build_optimizer([param])
-    scheduler2 = build_scheduler(optimizer2, d_model=64, warmup=4, cooldown_steps=4, max_steps=20)
-    optimizer2.load_state_dict(optimizer.state_dict())
-    scheduler2.load_state_dict(scheduler.state_dict())
-    assert scheduler2.lr_lambdas[0].max_steps == 10  # what the checkpoint said
-    follow_max_steps(scheduler2, 20)
-    seen = run_schedule(scheduler2, optimizer2, 12)
-    expected = [paper_lr(k, 64, 4) * cooldown_factor(k, 20, 4) for k in range(9, 21)]
-    assert seen == pytest.approx(expected)
-    assert seen[:9] == pytest.approx([paper_lr(k, 64, 4) for k in range(9, 18)])
-
-
-def test_scheduler_needs_unit_base_lr():
-    optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
-    with pytest.raises(ValueError, match="lr 1.0"):
-        build_scheduler(optimizer, d_model=512)
-
-
 def _projection_case(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A projection matrix [V=13, d=6], decoder outputs [3, 5, 6] (float64, with gradients) and
     targets [3, 5] with 9 real tokens (rows 1 and 2 padded at their ends)."""
@@ -330,38 +233,15 @@ def test_chunked_loss_and_gradients_equal_the_full_logits(chunk_tokens):
         chunked_label_smoothed_cross_entropy(hidden, project, target, chunk_tokens=0)
 
 
-def test_fused_adam_on_cpu_makes_the_same_updates_as_the_default_path():
-    # FUSED_ADAM_DEVICES includes the CPU: its kernel must be the paper's Adam to rounding.
-    assert "cpu" in FUSED_ADAM_DEVICES
-    torch.manual_seed(0)
-    shapes = [(64, 32), (32,), (7, 5, 3)]
-    start = [torch.randn(s) for s in shapes]
-    grads = [[torch.randn(s) for s in shapes] for _ in range(6)]
-    finals = {}
-    for fused in (None, True):
-        params = [torch.nn.Parameter(p.clone()) for p in start]
-        optimizer = build_optimizer(params, fused=fused)
-        scheduler = build_scheduler(optimizer, d_model=32, warmup=4)
-        for step_grads in grads:
-            for p, g in zip(params, step_grads, strict=True):
-                p.grad = g.clone()
-            optimizer.step()
-            scheduler.step()
-        finals[fused] = params
-    for a, b, s in zip(finals[None], finals[True], start, strict=True):
-        assert not torch.equal(a, s)  # the parameters moved
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-
-
 @pytest.mark.parametrize("rows_per_chunk", [4, 256])
 def test_projected_loss_and_gradients_equal_the_full_logits(monkeypatch, rows_per_chunk):
     """The ``projected_loss`` fast path (the gradient computed beside the loss, chunk by chunk
     of rows, no [n, V] logits): the loss, NLL and gradients of the decoder output and of the
     projection matrix equal the logits path's, scaled by the incoming gradient; in one chunk
     or several (9 real rows: the last chunk shorter), padding positions get no gradient."""
-    from transformer_nmt.training import objective
+    from transformer_nmt.training import loss_kernels
 
-    monkeypatch.setattr(objective, "PROJECTED_LOSS_ELEMENTS", rows_per_chunk * 13)  # V = 13
+    monkeypatch.setattr(loss_kernels, "PROJECTED_LOSS_ELEMENTS", rows_per_chunk * 13)  # V = 13
     weight, hidden, target = _projection_case(seed=4)
     g = torch.Generator().manual_seed(5)
     full = label_smoothed_cross_entropy(hidden @ weight.T, target, eps=0.1, pad_id=0)
@@ -391,8 +271,8 @@ def test_projected_loss_and_gradients_equal_the_full_logits(monkeypatch, rows_pe
 
 def test_the_loss_path_a_step_takes(monkeypatch):
     """``loss_path``: the projected fast path on a CPU without autocast or under bf16
-    autocast, unless compiled, fused or switched off; the logits path under fp16 autocast
-    and on a GPU."""
+    autocast, unless chunked, compiled, fused or switched off; the logits path under fp16
+    autocast and on a GPU."""
     from transformer_nmt.fast_paths import ENV
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
@@ -404,6 +284,7 @@ def test_the_loss_path_a_step_takes(monkeypatch):
         loss_path(cpu, fused=False, compiled=False, autocast=True)
     assert loss_path(cpu, fused=False, compiled=True, autocast=False) == "logits"
     assert loss_path(cpu, fused=True, compiled=False, autocast=False) == "fused"
+    assert loss_path(cuda, fused=True, compiled=False, chunked=True) == "chunked"
     assert loss_path(cuda, fused=False, compiled=False, autocast=False) == "logits"
     bf16_true = {"autocast": False, "dtype": torch.bfloat16}  # bf16 weights: softmax in float32
     assert loss_path(cpu, fused=False, compiled=False, **bf16_true) == "logits"
@@ -455,11 +336,11 @@ def test_projected_loss_under_bf16_autocast_equals_the_logits_path(
     both paths round once (one bf16 ulp, 2^-8 relative, per element): in one chunk or several,
     with padding positions, and with the zero rows that pad the 9 real ones to a multiple of
     ``BF16_PROJECTED_ROWS`` (1, 3 and 55 of them)."""
-    from transformer_nmt.training import objective
+    from transformer_nmt.training import loss_kernels
 
     vocab, d = 11, 16
-    monkeypatch.setattr(objective, "PROJECTED_LOSS_ELEMENTS", rows_per_chunk * vocab)
-    monkeypatch.setattr(objective, "BF16_PROJECTED_ROWS", row_multiple)
+    monkeypatch.setattr(loss_kernels, "PROJECTED_LOSS_ELEMENTS", rows_per_chunk * vocab)
+    monkeypatch.setattr(loss_kernels, "BF16_PROJECTED_ROWS", row_multiple)
     g = torch.Generator().manual_seed(8)
     weight = _bf16_grid((vocab, d), g).requires_grad_()
     hidden = _bf16_grid((3, 5, d), g).requires_grad_()
@@ -522,11 +403,11 @@ def test_bf16_projected_products_come_in_few_shapes(monkeypatch):
     """oneDNN keeps every bf16 product shape it meets: under bf16 autocast the projected loss's
     products have row counts that are multiples of ``BF16_PROJECTED_ROWS`` and at most the
     chunk's, whatever the batch's token count, so a run meets a bounded set of shapes."""
-    from transformer_nmt.training import objective
+    from transformer_nmt.training import loss_kernels
 
     vocab, d, multiple, chunk = 13, 6, 4, 12
-    monkeypatch.setattr(objective, "PROJECTED_LOSS_ELEMENTS", (chunk + 1) * vocab)
-    monkeypatch.setattr(objective, "BF16_PROJECTED_ROWS", multiple)
+    monkeypatch.setattr(loss_kernels, "PROJECTED_LOSS_ELEMENTS", (chunk + 1) * vocab)
+    monkeypatch.setattr(loss_kernels, "BF16_PROJECTED_ROWS", multiple)
     shapes: set[tuple[int, ...]] = set()
     mm = torch.mm
 
@@ -577,59 +458,6 @@ def test_model_loss_under_bf16_autocast_equals_the_logits_of_the_model(monkeypat
         )
 
 
-# --- R-Drop (train.rdrop_alpha) -----------------------------------------------------------------
-
-
-def test_rdrop_loss_is_the_mean_of_the_two_passes_plus_alpha_times_their_kl():
-    """Liang et al. 2021 eq. 3 at half scale: (CE_1 + CE_2) / 2 + alpha / 4 (KL(P_1||P_2) +
-    KL(P_2||P_1)), padding excluded, ntokens of one pass; against torch's kl_div."""
-    g = torch.Generator().manual_seed(3)
-    logits = torch.randn(4, 5, 11, generator=g, dtype=torch.float64)  # 2 passes x B=2
-    target = torch.randint(1, 11, (2, 5), generator=g)
-    target[1, 3:] = 0
-    alpha = 5.0
-    out = training_loss(logits, target, eps=0.1, pad_id=0, rdrop_alpha=alpha)
-    first, second = logits[:2], logits[2:]
-    ce = [label_smoothed_cross_entropy(x, target, eps=0.1, pad_id=0) for x in (first, second)]
-    keep = target != 0
-    log_p1, log_p2 = first.log_softmax(-1)[keep], second.log_softmax(-1)[keep]
-    kl_12 = F.kl_div(log_p2, log_p1, log_target=True, reduction="sum")  # KL(P_1 || P_2)
-    kl_21 = F.kl_div(log_p1, log_p2, log_target=True, reduction="sum")
-    expected = (ce[0].loss + ce[1].loss) / 2 + alpha / 4 * (kl_12 + kl_21)
-    torch.testing.assert_close(out.loss, expected, rtol=1e-12, atol=0)
-    torch.testing.assert_close(out.nll, (ce[0].nll + ce[1].nll) / 2, rtol=1e-12, atol=0)
-    assert out.ntokens.item() == 8
-    torch.testing.assert_close(symmetric_kl(logits, keep), kl_12 + kl_21)
-    # alpha 0: one pass's loss, logits [B, T, V]
-    plain = training_loss(first, target, eps=0.1, pad_id=0)
-    torch.testing.assert_close(plain.loss, ce[0].loss)
-    with pytest.raises(ValueError, match=r"two passes, \[2B, T, V\]"):
-        training_loss(first, target, eps=0.1, pad_id=0, rdrop_alpha=alpha)
-
-
-@pytest.mark.parametrize("rows_per_chunk", [2, 32])
-def test_symmetric_kl_gradients_equal_autograd_through_kl_div(monkeypatch, rows_per_chunk):
-    """``_SymmetricKL``'s written-out gradient, by chunks of rows, equals autograd's through
-    torch's kl_div; padded positions get a zero gradient."""
-    import transformer_nmt.training.objective as objective
-
-    monkeypatch.setattr(objective, "CPU_LOSS_ROWS", rows_per_chunk)
-    g = torch.Generator().manual_seed(7)
-    x_1 = torch.randn(3, 5, 13, generator=g, dtype=torch.float64, requires_grad=True)
-    x_2 = torch.randn(3, 5, 13, generator=g, dtype=torch.float64, requires_grad=True)
-    keep = torch.rand(3, 5, generator=g) > 0.3
-    weight = 0.7  # an incoming gradient other than 1
-    ours = torch.autograd.grad(weight * symmetric_kl(torch.cat([x_1, x_2]), keep), (x_1, x_2))
-    l_1, l_2 = x_1.log_softmax(-1)[keep], x_2.log_softmax(-1)[keep]
-    reference = F.kl_div(l_2, l_1, log_target=True, reduction="sum") + F.kl_div(
-        l_1, l_2, log_target=True, reduction="sum"
-    )
-    expected = torch.autograd.grad(weight * reference, (x_1, x_2))
-    for got, want in zip(ours, expected, strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
-        assert bool((got[~keep] == 0).all())
-
-
 def _tiny_transformer(p_drop: float, tie_embeddings: bool = True):
     """A float64 one-layer Transformer over 29 ids and a batch of 3 x 6 (one target padded)."""
     from transformer_nmt.model.config import get_preset
@@ -646,38 +474,3 @@ def _tiny_transformer(p_drop: float, tie_embeddings: bool = True):
     batch["tgt_out"] = torch.randint(1, 29, (3, 6), generator=g)
     batch["tgt_out"][0, 4:] = 0
     return model, batch
-
-
-@pytest.mark.parametrize("fast_path", ["on", "off"])
-def test_rdrop_without_dropout_is_the_plain_loss_and_gradient(monkeypatch, fast_path):
-    """Two passes without dropout are the same distribution: the KL term and its gradient are
-    zero, so R-Drop's loss and gradients are one pass's (the normalisation is per pass)."""
-    from transformer_nmt.fast_paths import ENV
-
-    monkeypatch.setenv(ENV, fast_path)
-    model, batch = _tiny_transformer(p_drop=0.0)
-    params = list(model.parameters())
-    ref = model_loss(model, batch, eps=0.1, pad_id=0)
-    ref_grads = torch.autograd.grad(ref.loss, params)
-    out = model_loss(model, batch, eps=0.1, pad_id=0, rdrop_alpha=5.0)
-    got = torch.autograd.grad(out.loss, params)
-    torch.testing.assert_close(out.loss, ref.loss, rtol=1e-12, atol=0)
-    torch.testing.assert_close(out.nll, ref.nll, rtol=1e-12, atol=0)
-    assert out.ntokens.item() == ref.ntokens.item() == 16
-    for ours, expected in zip(got, ref_grads, strict=True):
-        torch.testing.assert_close(ours, expected, rtol=1e-10, atol=1e-12)
-    assert loss_path(torch.device("cpu"), fused=False, compiled=False, rdrop=True) == "logits"
-
-
-def test_rdrop_passes_draw_their_own_dropout_masks():
-    """In training mode the two copies of a sentence get different dropout masks (one batch of
-    2B rows), so their distributions differ and the consistency term is positive."""
-    model, batch = _tiny_transformer(p_drop=0.3)
-    model.train()
-    src, tgt_in = batch["src"], batch["tgt_in"]
-    logits = model(torch.cat([src, src]), torch.cat([tgt_in, tgt_in]))  # [2B, T, V]
-    keep = batch["tgt_out"] != 0
-    assert symmetric_kl(logits, keep).item() > 1e-6
-    model.eval()  # no dropout: the two passes agree, the term vanishes
-    logits = model(torch.cat([src, src]), torch.cat([tgt_in, tgt_in]))
-    assert symmetric_kl(logits, keep).item() == pytest.approx(0.0, abs=1e-12)

@@ -18,16 +18,13 @@ from transformer_nmt.cli import main
 from transformer_nmt.cli.plan import free_disk_bytes as REAL_FREE_DISK_BYTES
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.model.config import ModelConfig, apply_overrides, get_preset
-from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.training import hardware
+from transformer_nmt.model.transformer import Transformer, count_parameters_of
+from transformer_nmt.training import hardware, memory
 from transformer_nmt.training import preflight as pf
 from transformer_nmt.training.config import TrainConfig
-from transformer_nmt.training.objective import (
-    GPU_LOSS_ROWS,
-    build_optimizer,
-    label_smoothed_cross_entropy,
-    training_loss,
-)
+from transformer_nmt.training.loss_kernels import GPU_LOSS_ROWS
+from transformer_nmt.training.objective import label_smoothed_cross_entropy
+from transformer_nmt.training.optimizer import build_optimizer
 
 # the starter config for a user's own corpus names files the user brings: tests/test_local_data.py
 RECIPES = sorted(
@@ -78,7 +75,7 @@ def test_plan_prints_a_row_per_experiment_of_every_config(
         if exp["train"]["max_tokens"] == "auto":  # sized to the device: a whole step's worth
             assert cells[3].startswith("auto: ") and "auto: the largest max_tokens" in out
             chosen = int(cells[3].removeprefix("auto: ").replace(",", ""))
-            assert chosen > 0 and chosen % pf.AUTO_STEP == 0
+            assert chosen > 0 and chosen % memory.AUTO_STEP == 0
         else:
             assert cells[3] == f"{exp['train']['max_tokens']:,}"
         assert cells[9] == "yes"
@@ -144,20 +141,25 @@ def test_max_tokens_auto_fills_the_memory_or_the_devices_share_of_an_update(
     experiment = yaml.safe_load(recipe.read_text())["experiments"][name]
     train = TrainConfig.from_dict(experiment["train"])
     model = apply_overrides(get_preset(preset), experiment.get("model_overrides") or {})
-    budget = pf.GPU_KINDS[kind].memory_gib * pf.GIB * pf.USABLE_FRACTION * pf.AUTO_MARGIN
+    budget = (
+        hardware.GPU_KINDS[kind].memory_gib
+        * hardware.GIB
+        * hardware.USABLE_FRACTION
+        * memory.AUTO_MARGIN
+    )
 
     def peak(max_tokens: int) -> int:
         cfg = dataclasses.replace(train, max_tokens=max_tokens)
-        return pf.worst_batch(model, cfg, 37000, cells[2])[2].total
+        return memory.worst_batch(model, cfg, 37000, cells[2])[2].total
 
-    assert chosen % pf.AUTO_STEP == 0 and chosen <= share and peak(chosen) <= budget
+    assert chosen % memory.AUTO_STEP == 0 and chosen <= share and peak(chosen) <= budget
     # nothing larger would do: the next step overshoots the share or the memory
-    assert chosen + pf.AUTO_STEP > share or peak(chosen + pf.AUTO_STEP) > budget
+    assert chosen + memory.AUTO_STEP > share or peak(chosen + memory.AUTO_STEP) > budget
     assert cells[9] == "yes"
     accumulation = max(1, round(25_000 / (chosen * gpus)))
     assert cells[5] == f"{gpus} {kind} x {accumulation}"
     if kind == "v100":  # big on 16 GiB: memory decides, fp16 (no bf16 on a V100)
-        assert chosen + pf.AUTO_STEP <= share and cells[2] == "16-mixed"
+        assert chosen + memory.AUTO_STEP <= share and cells[2] == "16-mixed"
 
 
 def test_max_tokens_auto_in_the_train_job_sizes_to_the_memory_it_is_given(
@@ -174,10 +176,10 @@ def test_max_tokens_auto_in_the_train_job_sizes_to_the_memory_it_is_given(
     from tests.test_training import MODEL
     from transformer_nmt.data.vocab import load_vocab_info
     from transformer_nmt.model.config import model_config_from_spec
-    from transformer_nmt.training import run as training_run
+    from transformer_nmt.training import resolution
 
     ram = 64 * 2**20
-    monkeypatch.setattr(training_run, "total_ram_bytes", lambda: ram)
+    monkeypatch.setattr(resolution, "total_ram_bytes", lambda: ram)
     caplog.set_level(logging.INFO)
     run = tmp_path / "run"
     argv = train_argv(corpus, run, max_steps=2, max_tokens="auto", tokens_per_update=100_000)
@@ -186,7 +188,7 @@ def test_max_tokens_auto_in_the_train_job_sizes_to_the_memory_it_is_given(
     chosen = summary["train_config"]["max_tokens"]
     vocab = load_vocab_info(corpus["spm"]).size
     model_cfg = model_config_from_spec(MODEL)
-    expected = pf.auto_max_tokens(
+    expected = memory.auto_max_tokens(
         model_cfg, TrainConfig(tokens_per_update=100_000), vocab, "32-true", ram, 1
     )
     assert chosen == expected and 0 < chosen < 100_000  # the memory decided, not the share
@@ -194,9 +196,9 @@ def test_max_tokens_auto_in_the_train_job_sizes_to_the_memory_it_is_given(
         caplog.text
     )
     assert "precision: 32-true (auto on this CPU: " in caplog.text  # which, and why
-    budget = ram * pf.USABLE_FRACTION * pf.AUTO_MARGIN
+    budget = ram * hardware.USABLE_FRACTION * memory.AUTO_MARGIN
     cfg = TrainConfig(max_tokens=chosen, tokens_per_update=100_000)
-    assert pf.worst_batch(model_cfg, cfg, vocab, "32-true")[2].total <= budget
+    assert memory.worst_batch(model_cfg, cfg, vocab, "32-true")[2].total <= budget
 
 
 def test_max_tokens_must_be_a_positive_integer_or_auto() -> None:
@@ -228,21 +230,21 @@ def test_cpu_hours_come_from_the_recorded_throughput_of_the_models_own_shape(
 
     # the recipe narrows tiny (d_model 128): its own recorded speed, not tiny's
     narrow = {"d_model": 128, "d_ff": 512, "d_k": 32, "d_v": 32}
-    rate = pf.RECORDED_THROUGHPUT[("tiny (d_model 128, d_ff 512, d_k 32, d_v 32)", "cpu")]
+    rate = hardware.RECORDED_THROUGHPUT[("tiny (d_model 128, d_ff 512, d_k 32, d_v 32)", "cpu")]
     cell, out = hours(narrow)
     assert cell == f"{steps * tokens / rate.tgt_tokens_per_s / 3600:,.1f}"
     assert "speed of tiny (d_model 128, d_ff 512, d_k 32, d_v 32) on cpu: 5,473" in out
     # tiny's own shape: tiny's recorded speed
-    rate = pf.RECORDED_THROUGHPUT[("tiny", "cpu")]
+    rate = hardware.RECORDED_THROUGHPUT[("tiny", "cpu")]
     assert hours({})[0] == f"{steps * tokens / rate.tgt_tokens_per_s / 3600:,.1f}"
     # a shape nobody measured: the nearest recorded model's speed scaled by parameter count
     wide = {"d_model": 192, "d_k": 48, "d_v": 48}
     cell, out = hours(wide)
     vocab = config["data"]["multi30k"]["en-de"]["vocab_size"]
-    params = pf.count_parameters_of(apply_overrides(get_preset("tiny"), wide), vocab)
+    params = count_parameters_of(apply_overrides(get_preset("tiny"), wide), vocab)
     scaled = pf.scaled_throughput(params, vocab, "cpu", "32-true")
-    narrow_params = pf.count_parameters_of(apply_overrides(get_preset("tiny"), narrow), vocab)
-    tiny_params = pf.count_parameters_of(get_preset("tiny"), vocab)
+    narrow_params = count_parameters_of(apply_overrides(get_preset("tiny"), narrow), vocab)
+    tiny_params = count_parameters_of(get_preset("tiny"), vocab)
     nearest = min((narrow_params, 5473), (tiny_params, 3183),
                   key=lambda p: abs(math.log(p[0] / params)))  # fmt: skip
     assert scaled.tgt_tokens_per_s == pytest.approx(nearest[1] * nearest[0] / params)
@@ -275,7 +277,7 @@ def test_a_worst_batch_too_big_for_a_v100_is_refused_naming_the_key(
     assert 3_125 <= advised < 200_000
     train = TrainConfig.from_dict(config["experiments"]["wmt14_en_de_base"]["train"])
     fitting = dataclasses.replace(train, max_tokens=advised)
-    target = pf.gpu_target("v100", 1)
+    target = hardware.gpu_target("v100", 1)
     assert pf.plan_experiment("x", "base", ModelConfig(), fitting, 37000, target).fits
 
 
@@ -284,7 +286,7 @@ def test_unknown_gpu_kind_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -
     assert code == 2 and out == ""
     assert (
         err.strip()
-        == f"error: --gpu-kind: unknown GPU kind 'p100'; known: {', '.join(pf.GPU_KINDS)}"
+        == f"error: --gpu-kind: unknown GPU kind 'p100'; known: {', '.join(hardware.GPU_KINDS)}"
     )
 
 
@@ -314,9 +316,9 @@ def test_weights_gradients_and_adam_states_are_counted_exactly(one_torch_thread)
     for state in optimizer.state.values():
         tensors += [state["exp_avg"], state["exp_avg_sq"]]
     real = sum(t.numel() * t.element_size() for t in tensors)
-    est = pf.estimate_peak_bytes(SMALL, vocab, 2, 7, "32-true")
+    est = memory.estimate_peak_bytes(SMALL, vocab, 2, 7, "32-true")
     assert est.weights_and_optimizer == real
-    assert pf.count_parameters_of(SMALL, vocab) == sum(p.numel() for p in model.parameters())
+    assert count_parameters_of(SMALL, vocab) == sum(p.numel() for p in model.parameters())
 
 
 @pytest.mark.parametrize(
@@ -341,7 +343,7 @@ def test_activation_estimate_matches_the_tensors_saved_for_backward(cfg, one_tor
     src, tgt = torch.randint(4, vocab, (batch, width)), torch.randint(4, vocab, (batch, width))
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         label_smoothed_cross_entropy(model(src, tgt), tgt)
-    est = pf.estimate_peak_bytes(cfg, vocab, batch, width, "32-true")
+    est = memory.estimate_peak_bytes(cfg, vocab, batch, width, "32-true")
     ratio = (est.activations + batch * width * vocab * 4) / sum(saved.values())
     assert 0.8 <= ratio <= 1.5, ratio  # the estimate adds backward's per-layer gradients
 
@@ -368,7 +370,7 @@ def test_a_named_gpu_kind_is_never_measured_on_this_machines_gpu(
     monkeypatch.setattr(
         plan.torch.cuda,
         "get_device_properties",
-        lambda d: type("P", (), {"total_memory": 80 * pf.GIB, "major": 9, "minor": 0}),
+        lambda d: type("P", (), {"total_memory": 80 * hardware.GIB, "major": 9, "minor": 0}),
     )
     monkeypatch.setattr(plan.torch.cuda, "get_device_name", lambda d: "NVIDIA H200")
     measured_on.clear()
@@ -376,22 +378,18 @@ def test_a_named_gpu_kind_is_never_measured_on_this_machines_gpu(
     assert measured_on == ["the local GPU"]
 
 
-@pytest.mark.parametrize("rdrop", [False, True])
 @pytest.mark.parametrize(
     ("dtype", "precision"), [(torch.float32, "32-true"), (torch.bfloat16, "bf16-mixed")]
 )
 def test_loss_estimate_is_the_logits_the_loss_keeps_their_gradient_and_its_buffer(
-    dtype: torch.dtype, precision: str, rdrop: bool
+    dtype: torch.dtype, precision: str
 ) -> None:
     """The loss keeps only the logits for backward (in their own dtype: no float32
     log-probabilities) and writes their gradient once; the estimate's loss term is those two
     and the float32 chunk buffer. On an H200 the former count (four float32 copies) put base's
-    estimate at 1.95x its measured peak (benchmarks/RESULTS.md, issue 38). With R-Drop
-    (``train.rdrop_alpha``) the logits are two passes' and its consistency term has a
-    [tokens x vocab] gradient and chunk buffers of its own: the estimate counts them too."""
+    estimate at 1.95x its measured peak (benchmarks/RESULTS.md, issue 38)."""
     vocab, tokens = 300, 64
-    passes = 2 if rdrop else 1
-    logits = torch.randn(passes, tokens, vocab, dtype=dtype, requires_grad=True)
+    logits = torch.randn(1, tokens, vocab, dtype=dtype, requires_grad=True)
     target = torch.randint(4, vocab, (1, tokens))
     saved: dict[int, int] = {}
 
@@ -401,15 +399,12 @@ def test_loss_estimate_is_the_logits_the_loss_keeps_their_gradient_and_its_buffe
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = training_loss(logits, target, eps=0.1, pad_id=0, rdrop_alpha=5.0 * rdrop).loss
+        loss = label_smoothed_cross_entropy(logits, target, eps=0.1, pad_id=0).loss
     loss.backward()
     assert logits.grad is not None
     gradient = logits.grad.numel() * logits.grad.element_size()
-    buffer = min(GPU_LOSS_ROWS, passes * tokens) * vocab * 4
-    if rdrop:  # the consistency term writes its own gradient and reads through two buffers
-        gradient *= 2
-        buffer += 4 * min(GPU_LOSS_ROWS, tokens) * vocab * 4
-    estimate = pf.estimate_peak_bytes(SMALL, vocab, 1, tokens, precision, rdrop=rdrop)
+    buffer = min(GPU_LOSS_ROWS, tokens) * vocab * 4
+    estimate = memory.estimate_peak_bytes(SMALL, vocab, 1, tokens, precision)
     assert estimate.loss == sum(saved.values()) + gradient + buffer
 
 
@@ -417,8 +412,8 @@ def test_loss_estimate_is_the_logits_the_loss_keeps_their_gradient_and_its_buffe
 def test_cuda_measurement_and_estimate_agree_within_a_factor_two() -> None:
     cfg, vocab = ModelConfig(N=2, d_model=256, d_ff=1024, h=4, d_k=64, d_v=64), 8000
     for precision in ("32-true", "bf16-mixed"):
-        measured = pf.measure_peak_bytes(cfg, vocab, 8, 256, precision, torch.device("cuda"))
-        estimate = pf.estimate_peak_bytes(cfg, vocab, 8, 256, precision).total
+        measured = memory.measure_peak_bytes(cfg, vocab, 8, 256, precision, torch.device("cuda"))
+        estimate = memory.estimate_peak_bytes(cfg, vocab, 8, 256, precision).total
         assert measured.peak_bytes > 0
         assert 0.5 <= estimate / measured.peak_bytes <= 2.0, (precision, estimate, measured)
 
@@ -428,15 +423,15 @@ def test_cuda_measurement_and_estimate_agree_within_a_factor_two() -> None:
 
 def test_worst_batch_respects_the_sampler_limits() -> None:
     train = TrainConfig(max_tokens=3125, max_positions=1024)
-    rows, width, est = pf.worst_batch(ModelConfig(), train, 37000, "bf16-mixed")
+    rows, width, est = memory.worst_batch(ModelConfig(), train, 37000, "bf16-mixed")
     assert width <= 1024 and rows * width <= 3125 and rows >= 1
     # no allowed shape has a larger estimate
     for w in (1024, 625, 100, 1):
-        other = pf.estimate_peak_bytes(ModelConfig(), 37000, 3125 // w, w, "bf16-mixed")
+        other = memory.estimate_peak_bytes(ModelConfig(), 37000, 3125 // w, w, "bf16-mixed")
         assert other.total <= est.total
     # a model with few positions caps the width
     short = ModelConfig(positional="learned", max_positions=64)
-    assert pf.worst_batch(short, train, 37000, "32-true")[1] <= 64
+    assert memory.worst_batch(short, train, 37000, "32-true")[1] <= 64
 
 
 def test_train_refuses_a_batch_that_does_not_fit_the_ram_before_any_step(
@@ -483,30 +478,6 @@ def test_big_on_a_published_gpu_gets_hours_with_the_source_named(
     assert "NVIDIA DeepLearningExamples" in out and f"{rate:,} target tokens/s" in out
 
 
-def test_rdrop_halves_the_recorded_speed_and_says_so(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """R-Drop (``train.rdrop_alpha`` > 0) computes each batch twice: the plan's speed is the
-    recorded one halved, its hours doubled, and the source says why."""
-    recipe = REPO_ROOT / "config" / "experiments" / "wmt14_en_de_big.yaml"
-    config = yaml.safe_load(recipe.read_text())
-    config["experiments"]["wmt14_en_de_big"]["train"]["rdrop_alpha"] = 5.0
-    path = tmp_path / "rdrop.yaml"
-    path.write_text(yaml.safe_dump(config))
-    rows = {}
-    for name, configfile in (("plain", recipe), ("rdrop", path)):
-        argv = ("--configfile", str(configfile), "--gpus", "8", "--gpu-kind", "v100")
-        code, out, _ = _plan(capsys, *argv, "--estimate-only")
-        assert code == 0
-        rows[name] = (_rows(out)["wmt14_en_de_big"], out)
-    (plain, plain_out), (rdrop, rdrop_out) = rows["plain"], rows["rdrop"]
-    assert float(rdrop[11]) == pytest.approx(2 * float(plain[11]), abs=0.1)
-    rate = pf.RECORDED_THROUGHPUT[("big", "v100")].tgt_tokens_per_s
-    assert f"{rate:,.0f} target tokens/s" in plain_out and "halved" not in plain_out
-    assert f"{rate / 2:,.0f} target tokens/s" in rdrop_out
-    assert "halved: R-Drop (train.rdrop_alpha) computes each batch twice" in rdrop_out
-
-
 def test_a_published_speed_is_not_used_for_another_precision(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -540,15 +511,15 @@ def test_the_checkpoints_disk_is_counted_and_a_too_small_disk_refused(
     big = REPO_ROOT / "config" / "experiments" / "wmt14_en_de_big.yaml"
     code, out, _ = _plan(capsys, "--configfile", str(big), "--estimate-only")
     assert code == 0
-    params = pf.count_parameters_of(pf.get_preset("big"), 37_000)
+    params = count_parameters_of(get_preset("big"), 37_000)
     need = (19 + 2 * 3) * params * 4
-    assert _rows(out)["wmt14_en_de_big"][13] == f"{need / pf.GIB:.1f} GiB"
+    assert _rows(out)["wmt14_en_de_big"][13] == f"{need / hardware.GIB:.1f} GiB"
     assert need / (21 * 3 * params * 4) <= 0.40  # the issue's goal: <= 40 % of full ones
     monkeypatch.setattr(plan, "free_disk_bytes", lambda path: (tmp_path, need - 1))
     args = ("--configfile", str(big), "--estimate-only", "--results-dir", str(tmp_path / "r"))
     code, _, err = _plan(capsys, *args)
     assert code == 2
-    assert f"{tmp_path / 'r'}: {(need - 1) / pf.GIB:.1f} GiB free" in err
+    assert f"{tmp_path / 'r'}: {(need - 1) / hardware.GIB:.1f} GiB free" in err
     assert "lower train.keep_checkpoints" in err and len(err.strip().splitlines()) == 1
 
 
@@ -564,8 +535,8 @@ def test_recorded_throughputs_are_data_with_machine_date_and_source(tmp_path: Pa
 
     entries = yaml.safe_load(hardware.RECORDED_THROUGHPUT_FILE.read_text())["recorded"]
     assert entries and all(e["machine"] and e["date"] and e["source"] for e in entries)
-    assert len(pf.RECORDED_THROUGHPUT) == sum(len(e["devices"]) for e in entries)
-    big = pf.RECORDED_THROUGHPUT[("big", "v100-32")]
+    assert len(hardware.RECORDED_THROUGHPUT) == sum(len(e["devices"]) for e in entries)
+    big = hardware.RECORDED_THROUGHPUT[("big", "v100-32")]
     assert big.tgt_tokens_per_s == 39911 and big.precision == "16-mixed"
     assert "DGX-2 V100 32GB" in big.source
     bad = tmp_path / "recorded.yaml"

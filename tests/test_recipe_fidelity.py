@@ -73,9 +73,6 @@ PAPER: dict[str, tuple[Any, Any, Any, Any]] = {
     "p_drop":                     (0.1, 0.3, 0.1, 0.1),     # §5.4, Table 3; §6.1: EN-FR big 0.1
     "p_drop_attn":                same(0.0),                # §5.4 names no attention dropout
     "p_drop_relu":                same(0.0),                # §5.4 names no ReLU dropout
-    "p_drop_word_src":            same(0.0),                # §5.4 names no word dropout
-    "p_drop_word_tgt":            same(0.0),
-    "p_drop_layer":               same(0.0),                # §5.4 names no LayerDrop
     "eps_ls":                     same(0.1),                # §5.4 label smoothing
     "attention_bias":             same(False),              # §3.2.2 W^Q, W^K, W^V, W^O matrices
     "positional":                 same("sinusoidal"),       # §3.5
@@ -234,9 +231,9 @@ def effective_settings(recipe: str) -> dict[str, Any]:
     from transformer_nmt.model.config import model_config_from_spec
     from transformer_nmt.model.transformer import shape_model
     from transformer_nmt.search.length_penalty import length_penalty
-    from transformer_nmt.training import preflight
+    from transformer_nmt.training import hardware, preflight
     from transformer_nmt.training.config import TrainConfig
-    from transformer_nmt.training.objective import PaperSchedule
+    from transformer_nmt.training.optimizer import PaperSchedule
 
     pipeline = load_pipeline(REPO_ROOT / "config" / "experiments" / f"{recipe}.yaml")
     (name,) = pipeline.experiments()
@@ -257,7 +254,7 @@ def effective_settings(recipe: str) -> dict[str, Any]:
 
     def plan(setup: str) -> Any:
         kind, gpus = GPU_SETUPS[setup]
-        target = preflight.gpu_target(kind, gpus)
+        target = hardware.gpu_target(kind, gpus)
         return preflight.plan_experiment(
             name, exp["preset"], model_cfg, train_cfg, vocab_size, target
         )
@@ -274,8 +271,7 @@ def effective_settings(recipe: str) -> dict[str, Any]:
 
     settings = {key: getattr(model_cfg, key) for key in (
         "norm_first", "N", "d_model", "d_ff", "h", "d_k", "d_v", "p_drop", "p_drop_attn",
-        "p_drop_relu", "p_drop_word_src", "p_drop_word_tgt", "p_drop_layer", "eps_ls",
-        "attention_bias", "positional", "tie_embeddings",
+        "p_drop_relu", "eps_ls", "attention_bias", "positional", "tie_embeddings",
     )}  # fmt: skip
     settings |= {
         "distinct_embedding_matrices": len(matrices),

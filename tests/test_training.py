@@ -23,13 +23,9 @@ from transformer_nmt.data.token_array import TokenArray, write_token_array
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.runs.checkpoints import is_weights_only, list_checkpoints, load_checkpoint
 from transformer_nmt.training.config import STRATEGIES, TrainConfig
-from transformer_nmt.training.objective import paper_lr
-from transformer_nmt.training.resolution import (
-    accumulation,
-    resolve,
-    resolve_precision,
-    strategy_for,
-)
+from transformer_nmt.training.optimizer import paper_lr
+from transformer_nmt.training.resolution import resolve, strategy_for
+from transformer_nmt.training.rules import accumulation, resolve_precision
 
 VOCAB = 64
 MODEL = {
@@ -189,11 +185,7 @@ def test_train_config_unknown_key_is_named() -> None:
         ("loss_chunk_tokens", 0),
         ("compile", "yes"),
         ("fused_loss", "yes"),
-        ("low_precision_residual", "yes"),
         ("lr_scale", True),
-        ("rdrop_alpha", -1.0),
-        ("rdrop_alpha", True),
-        ("rdrop_alpha", float("inf")),
         ("strategy", "fsdp"),  # sharded: the per-token gradient rescaling needs whole gradients
         ("strategy", "deepspeed"),
     ],
@@ -206,12 +198,6 @@ def test_train_config_bad_value_names_the_key(key: str, value: object) -> None:
 def test_compile_and_chunked_loss_are_not_combined() -> None:
     with pytest.raises(ConfigError, match="'compile' and 'loss_chunk_tokens'"):
         TrainConfig(compile=True, loss_chunk_tokens=512)
-
-
-def test_rdrop_and_chunked_loss_are_not_combined() -> None:
-    with pytest.raises(ConfigError, match="'rdrop_alpha' and 'loss_chunk_tokens'"):
-        TrainConfig(rdrop_alpha=5.0, loss_chunk_tokens=512)
-    assert TrainConfig(rdrop_alpha=5.0).rdrop_alpha == 5.0
 
 
 def test_beam_bleu_interval_must_fall_on_validations() -> None:
@@ -268,72 +254,6 @@ def test_cpu_resolution_is_fp32_and_ddp_with_two_processes() -> None:
     six = resolve(TrainConfig(accelerator="cpu", devices=2, num_nodes=3))
     assert six.world_size == 6
     assert strategy_for(resolve(TrainConfig(accelerator="cpu", strategy="ddp"))) == "ddp"
-
-
-def test_layer_drop_makes_ddp_look_for_parameters_without_a_gradient() -> None:
-    from lightning.pytorch.strategies import DDPStrategy
-
-    from transformer_nmt.data.vocab import VocabInfo
-    from transformer_nmt.model.config import ModelConfig
-    from transformer_nmt.training.run import resolve_run
-
-    vocab = VocabInfo(size=40, pad_id=0, unk_id=1, bos_id=2, eos_id=3, sha256="ab" * 32)
-    two = TrainConfig(accelerator="cpu", devices=2, max_tokens=64)
-    for p_drop_layer, unused in ((0.0, False), (0.2, True)):
-        resolved = resolve_run(ModelConfig(p_drop_layer=p_drop_layer), two, vocab)
-        assert resolved.find_unused_parameters is unused
-        ddp = strategy_for(resolved)
-        assert isinstance(ddp, DDPStrategy) and ddp._ddp_kwargs["find_unused_parameters"] is unused
-    named = resolve_run(
-        ModelConfig(p_drop_layer=0.2), TrainConfig(accelerator="cpu", strategy="ddp"), vocab
-    )
-    assert strategy_for(named) == "ddp_find_unused_parameters_true"
-    one = resolve_run(ModelConfig(p_drop_layer=0.2), TrainConfig(accelerator="cpu"), vocab)
-    assert strategy_for(one) == "auto"
-
-
-LAYER_DROP_DDP_SCRIPT = """
-import sys, lightning as L
-from torch.utils.data import DataLoader
-sys.path.insert(0, {tests!r})
-from test_loss_normalisation import MODEL, VOCAB, _batches
-from transformer_nmt.data.vocab import VocabInfo
-from transformer_nmt.model.config import apply_overrides, get_preset
-from transformer_nmt.training.config import TrainConfig
-from transformer_nmt.training.module import TranslationModule
-from transformer_nmt.training.resolution import strategy_for
-from transformer_nmt.training.run import resolve_run
-
-model_cfg = apply_overrides(get_preset("tiny"), {{**MODEL, "N": 3, "p_drop_layer": 0.5}})
-train = {{"accelerator": "cpu", "devices": 2, "precision": "64-true", "max_steps": 6}}
-resolved = resolve_run(model_cfg, TrainConfig(**train, max_tokens=64), VocabInfo(**VOCAB))
-
-class RankBatches(L.LightningDataModule):
-    def train_dataloader(self):
-        return DataLoader(_batches(seed=self.trainer.global_rank) * 3, batch_size=None)
-
-module = TranslationModule(model_cfg.to_dict(), dict(VOCAB), train).double()
-trainer = L.Trainer(accelerator="cpu", devices=2, strategy=strategy_for(resolved),
-                    precision="64-true", max_steps=6, logger=False, enable_checkpointing=False,
-                    enable_progress_bar=False, enable_model_summary=False,
-                    use_distributed_sampler=False)
-trainer.fit(module, datamodule=RankBatches())
-print("steps", trainer.global_step)
-"""
-
-
-@pytest.mark.slow
-def test_layer_drop_trains_under_two_process_ddp(tmp_path: Path) -> None:
-    # DDP's reducer waits for every parameter's gradient unless told that some may have none:
-    # without find_unused_parameters the second step fails on the layers the first one skipped
-    script = tmp_path / "layer_drop_ddp.py"
-    script.write_text(LAYER_DROP_DDP_SCRIPT.format(tests=str(Path(__file__).parent)))
-    result = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PYTHONPATH": checkout_pythonpath()},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "steps 6" in result.stdout
 
 
 def test_slurm_jobs_leave_requeueing_to_snakemake(
@@ -426,28 +346,6 @@ def test_cli_config_file_replaces_model_and_train(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert str(settings) in err and "'modle'" in err
-
-
-@pytest.mark.parametrize(
-    ("precision", "stream"),
-    [("bf16-mixed", "bfloat16, LayerNorm's output in autocast's dtype"),
-     ("32-true", "float32: the flag acts in 16-bit mixed precision only")],
-)  # fmt: skip
-def test_low_precision_residual_trains_and_the_log_says_where_it_acts(
-    corpus: dict[str, Path],
-    tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
-    precision: str,
-    stream: str,
-) -> None:
-    caplog.set_level(logging.INFO)
-    argv = train_argv(
-        corpus, tmp_path / "run", max_steps=4, precision=precision, low_precision_residual=True
-    )
-    assert main(argv) == 0
-    assert f"residual stream (§3.1): {stream} (train.low_precision_residual)" in caplog.text
-    summary = json.loads((tmp_path / "run" / "train_summary.json").read_text())
-    assert summary["final_step"] == 4 and math.isfinite(summary["metrics"]["train/loss"])
 
 
 # --- training, resume ---------------------------------------------------------------------------
@@ -553,7 +451,8 @@ def test_a_resume_with_more_steps_moves_the_lr_cooldown_to_the_new_end(
     """lr_cooldown_steps follows max_steps: a run cooled down towards step 20 and resumed with
     max_steps 30 trains at the §5.3 rate again and cools down towards 30 (the checkpoint's
     schedule said 20)."""
-    from transformer_nmt.runs.metrics_history import METRICS_FILE, read_metrics
+    from transformer_nmt.runs.layout import METRICS_FILE
+    from transformer_nmt.runs.metrics_history import read_metrics
 
     run = tmp_path / "run"
     assert main(train_argv(corpus, run, max_steps=20, lr_cooldown_steps=10)) == 0
@@ -793,7 +692,8 @@ def test_metrics_history_survives_a_resume_without_duplicate_steps(
     """metrics.csv of a run killed after its step-10 rows but before the step-10 checkpoint,
     then resumed from step 5, equals that of an uninterrupted run: the rows beyond step 5 are
     dropped and re-done once; the clock continues from the last row kept."""
-    from transformer_nmt.runs.metrics_history import METRICS_FILE, read_metrics
+    from transformer_nmt.runs.layout import METRICS_FILE
+    from transformer_nmt.runs.metrics_history import read_metrics
 
     whole, split = tmp_path / "whole", tmp_path / "split"
     assert main(train_argv(corpus, whole, max_steps=20)) == 0
@@ -874,7 +774,8 @@ def test_time_based_checkpoints_keep_the_newest_and_validation_bleu(
     )
     assert metrics["val/ppl"] == pytest.approx(math.exp(metrics["val/nll"]))
     # metrics.csv: the BLEUs only in the rows of the validations that measured them
-    from transformer_nmt.runs.metrics_history import METRICS_FILE, read_metrics
+    from transformer_nmt.runs.layout import METRICS_FILE
+    from transformer_nmt.runs.metrics_history import read_metrics
 
     rows = [(r.step, sorted(r.values)) for r in read_metrics(run / METRICS_FILE)]
     val = ["val_bleu", "val_loss", "val_ppl"]

@@ -23,7 +23,7 @@ import torch
 from transformer_nmt.io_utils import write_json
 from transformer_nmt.model.config import get_preset
 from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.training.objective import build_optimizer
+from transformer_nmt.training.optimizer import build_optimizer
 
 OUT = Path(__file__).resolve().parent / "out" / "optimizer.json"
 VOCAB = {"tiny": 8000, "base": 37000, "big": 37000}

@@ -31,11 +31,11 @@ from transformer_nmt.io_utils import write_json
 from transformer_nmt.model.config import apply_overrides, get_preset
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.training.objective import (
-    build_optimizer,
     label_smoothed_cross_entropy,
     model_loss,
     symmetric_kl,
 )
+from transformer_nmt.training.optimizer import build_optimizer
 
 OUT = Path(__file__).resolve().parent / "out" / "rdrop.json"
 # the CPU recipe's model_overrides (config/experiments/multi30k_en_de_cpu.yaml)

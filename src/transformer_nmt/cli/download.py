@@ -9,9 +9,10 @@ import argparse
 import json
 
 from transformer_nmt.data.clean import CleanConfig
-from transformer_nmt.data.download import MIRROR_ENV, download_dataset, resolve_mirror
+from transformer_nmt.data.download import download_dataset, resolve_mirror
 from transformer_nmt.data.local import check_pair
 from transformer_nmt.data.registry import get_dataset
+from transformer_nmt.data.transfer import MIRROR_ENV
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -29,6 +29,15 @@ import torch
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.experiments import load_pipeline
 from transformer_nmt.training import preflight as pf
+from transformer_nmt.training.hardware import (
+    GIB,
+    GPU_KINDS,
+    USABLE_FRACTION,
+    Target,
+    cpu_target,
+    gpu_target,
+)
+from transformer_nmt.training.memory import AUTO_MARGIN, AUTO_STEP
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +53,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpu-kind",
         default=None,
-        help=f"GPU model ({', '.join(pf.GPU_KINDS)}); default: the local GPU (measured), else "
+        help=f"GPU model ({', '.join(GPU_KINDS)}); default: the local GPU (measured), else "
         "h100; a named model is planned from its data sheet memory and recorded speed, never "
         "measured on this machine's GPU",
     )
@@ -72,27 +81,27 @@ def _local_gpu() -> torch.device | None:
     return torch.device("cuda", 0) if torch.cuda.is_available() else None
 
 
-def _target(args: argparse.Namespace, accelerator: str, devices: int | str) -> pf.Target:
+def _target(args: argparse.Namespace, accelerator: str, devices: int | str) -> Target:
     """Where an experiment trains: the CPU (this machine's RAM) or ``--gpus`` GPUs."""
     local = _local_gpu()
     wants_gpu = accelerator in ("gpu", "cuda") or (
         accelerator == "auto" and (args.gpu_kind is not None or local is not None)
     )
     if not wants_gpu:
-        return pf.cpu_target()
+        return cpu_target()
     gpus = args.gpus if args.gpus is not None else (devices if isinstance(devices, int) else 1)
     if args.gpu_kind is None and local is not None:
         if gpus <= 0:
             raise ConfigError(f"--gpus must be a positive integer, got {gpus}")
         props = torch.cuda.get_device_properties(local)
         name = torch.cuda.get_device_name(local)
-        return pf.Target("cuda", gpus, props.total_memory, f"{name} (this machine)")
+        return Target("cuda", gpus, props.total_memory, f"{name} (this machine)")
     if args.gpu_kind is None:  # no GPU here and none named
-        default = pf.gpu_target("h100", gpus)
+        default = gpu_target("h100", gpus)
         return dataclasses.replace(
             default, memory_source=f"{default.memory_source} (the default --gpu-kind)"
         )
-    return pf.gpu_target(args.gpu_kind, gpus)
+    return gpu_target(args.gpu_kind, gpus)
 
 
 @dataclass(frozen=True)
@@ -100,7 +109,7 @@ class Entry:
     """One experiment's plan and what a refusal needs to name and advise."""
 
     plan: pf.Plan
-    target: pf.Target
+    target: Target
     key: str  # the config key of its max_tokens
     model_cfg: Any  # ModelConfig
     train_cfg: Any  # TrainConfig
@@ -114,7 +123,7 @@ def plan_config(args: argparse.Namespace) -> list[Entry]:
 
     pipeline = load_pipeline(args.configfile)
     if args.gpu_kind is not None:
-        pf.gpu_target(args.gpu_kind, 1)  # an unknown kind fails before any work
+        gpu_target(args.gpu_kind, 1)  # an unknown kind fails before any work
     plans = []
     for name in pipeline.experiments():
         exp = pipeline.experiment(name)
@@ -163,13 +172,13 @@ def format_table(plans: list[Entry]) -> str:
             f"{plan.world_size} {target.kind} x {plan.accumulation}",
             f"{plan.batch} x {plan.width}",
             "OOM" if plan.peak_bytes < 0
-            else f"{plan.peak_bytes / pf.GIB:.2f} GiB {plan.peak_source}",
-            "n/a" if usable is None else f"{usable / pf.GIB:.1f} GiB",
+            else f"{plan.peak_bytes / GIB:.2f} GiB {plan.peak_source}",
+            "n/a" if usable is None else f"{usable / GIB:.1f} GiB",
             "yes" if plan.fits else "NO",
             _number(plan.steps_per_hour),
             _number(plan.hours, 1),
             _number(plan.device_hours, 1),
-            f"{plan.disk_bytes / pf.GIB:.1f} GiB",
+            f"{plan.disk_bytes / GIB:.1f} GiB",
         ))  # fmt: skip
     widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
 
@@ -180,10 +189,10 @@ def format_table(plans: list[Entry]) -> str:
     out += [line(r) for r in rows]
     notes = [
         "tokens/update = max_tokens x devices x accumulation with full batches (an upper bound: "
-        "real batches carry padding); the accumulation is training.resolution.accumulation's",
+        "real batches carry padding); the accumulation is training.rules.accumulation's",
         "worst batch = rows x width (BOS/EOS included) of the allowed shape with the largest peak;"
         " 'estimated' = training/preflight.py's analytic count, 'measured' = a local CUDA step",
-        f"usable = {pf.USABLE_FRACTION:.0%} of a device's memory",
+        f"usable = {USABLE_FRACTION:.0%} of a device's memory",
         "disk = the checkpoints at their most: keep_checkpoints - 1 older ones with the fp32 "
         "weights only (kept for averaging) and, while one is written, two full ones (weights "
         f"and Adam's {pf.ADAM_MOMENTS} moments)",
@@ -191,8 +200,8 @@ def format_table(plans: list[Entry]) -> str:
     if any(entry.plan.max_tokens_auto for entry in plans):
         notes.append(
             f"auto: the largest max_tokens whose estimated worst batch fills at most "
-            f"{pf.AUTO_MARGIN:.0%} of the usable memory, at most tokens_per_update / devices, "
-            f"in steps of {pf.AUTO_STEP}; the train job sizes it on its own device and logs it"
+            f"{AUTO_MARGIN:.0%} of the usable memory, at most tokens_per_update / devices, "
+            f"in steps of {AUTO_STEP}; the train job sizes it on its own device and logs it"
         )
     seen: set[str] = set()
     for entry in plans:
@@ -245,14 +254,14 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(pf.refusal(e.plan, e.key, e.model_cfg, e.train_cfg, e.vocab_size))
     where, free = free_disk_bytes(args.results_dir)
     need = sum(e.plan.disk_bytes for e in plans)
-    print(f"\ncheckpoints: up to {need / pf.GIB:.1f} GiB; {args.results_dir}: {free / pf.GIB:.1f} "
+    print(f"\ncheckpoints: up to {need / GIB:.1f} GiB; {args.results_dir}: {free / GIB:.1f} "
           f"GiB free (on {where})")  # fmt: skip
     if need > free:
         largest = max(plans, key=lambda e: e.plan.disk_bytes)
         raise ConfigError(
-            f"{args.results_dir}: {free / pf.GIB:.1f} GiB free, but the checkpoints of these "
-            f"runs need up to {need / pf.GIB:.1f} GiB ({largest.plan.name}: "
-            f"{largest.plan.disk_bytes / pf.GIB:.1f} GiB with keep_checkpoints "
+            f"{args.results_dir}: {free / GIB:.1f} GiB free, but the checkpoints of these "
+            f"runs need up to {need / GIB:.1f} GiB ({largest.plan.name}: "
+            f"{largest.plan.disk_bytes / GIB:.1f} GiB with keep_checkpoints "
             f"{largest.plan.keep_checkpoints}): free space, write results/ to a larger disk "
             f"(--results-dir), or lower train.keep_checkpoints"
         )

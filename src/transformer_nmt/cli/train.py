@@ -121,13 +121,13 @@ def run(args: argparse.Namespace) -> int:
     from transformer_nmt.cpu_memory import keep_freed_memory
     from transformer_nmt.data.vocab import load_vocab_info
     from transformer_nmt.model.config import model_config_from_spec
+    from transformer_nmt.runs.layout import SUMMARY_FILE
     from transformer_nmt.training.config import GEOMETRY_KEYS, TrainConfig
-    from transformer_nmt.training.resolution import check_devices_exist
+    from transformer_nmt.training.resolution import resolve_run
+    from transformer_nmt.training.rules import check_devices_exist
     from transformer_nmt.training.run import (
-        SUMMARY_FILE,
         RunData,
         plan_start,
-        resolve_run,
         run_dir_lock,
         sized_for,
         train_run,

@@ -86,26 +86,3 @@ def load_vocab_info(spm_model_path: str | Path) -> VocabInfo:
     if wrong:
         raise DataError(f"{path}: special ids {wrong} differ from the fixed ids {fixed}")
     return info
-
-
-def target_side_pieces(target_tokens: Any, info: VocabInfo) -> Any:
-    """The pieces the softmax runs over with the model flag ``softmax_vocab: target`` (§3.4):
-    those that ``target_tokens`` (a ``TokenArray``: the training data's target side) contains,
-    and the four special pieces. A bool array [``info.size``]; DataError for an id outside the
-    vocabulary (a token array encoded with another SentencePiece model)."""
-    import numpy as np
-
-    counts = np.zeros(info.size, dtype=np.int64)
-    tokens = target_tokens.tokens  # 1-D memory map: read in slices, never whole as int64
-    step = 1 << 24
-    for start in range(0, len(tokens), step):
-        chunk = np.asarray(tokens[start : start + step])
-        if len(chunk) and int(chunk.max()) >= info.size:
-            raise DataError(
-                f"{target_tokens.prefix}: token id {int(chunk.max())} outside the vocabulary of "
-                f"{info.size} pieces; encode the data again with this SentencePiece model"
-            )
-        counts += np.bincount(chunk, minlength=info.size)
-    keep = counts > 0
-    keep[[info.pad_id, info.unk_id, info.bos_id, info.eos_id]] = True
-    return keep

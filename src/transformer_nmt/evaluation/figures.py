@@ -30,9 +30,8 @@ from transformer_nmt.errors import DataError
 from transformer_nmt.evaluation.table3 import RowTest, Table3Entry
 from transformer_nmt.io_utils import atomic_open, atomic_path
 from transformer_nmt.model.config import TABLE3
-from transformer_nmt.runs.layout import FIGURES_DIR, SELECTION_FILE
+from transformer_nmt.runs.layout import FIGURES_DIR, METRICS_FILE, SELECTION_FILE
 from transformer_nmt.runs.metrics_history import (
-    METRICS_FILE,
     VALUE_COLUMNS,
     MetricsRow,
     read_metrics,

@@ -15,6 +15,7 @@ from typing import Any
 import jsonschema
 
 from transformer_nmt.io_utils import write_json
+from transformer_nmt.removed_keys import removed_key_message
 from transformer_nmt.runs import layout as run_files
 
 # --- output path templates (Snakemake wildcards in braces) ------------------------------------
@@ -67,6 +68,10 @@ def config_error_line(err: Exception) -> str:
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(known))
+        section = {"model_overrides": "model", "train": "train"}.get(path.rpartition(".")[2])
+        removed = removed_key_message(section, unknown) if section else None
+        if removed:
+            return f"config: {where}{removed}"
         names = ", ".join(f"'{key}'" for key in unknown)
         noun = "key" if len(unknown) == 1 else "keys"
         return f"config: {where}unknown {noun} {names} (known: {', '.join(known)})"

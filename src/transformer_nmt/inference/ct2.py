@@ -12,8 +12,7 @@ CTranslate2's own spec API (``TransformerSpec`` of a ``TransformerEncoderSpec`` 
   learned tables (row E) as they are;
 - attention: W_q, W_k, W_v fused (self-attention) or W_q and [W_k; W_v] (cross-attention), W_o,
   with their biases when ``attention_bias``; FFN with ReLU and biases; LayerNorm eps ``ln_eps``;
-- the vocabulary: the SentencePiece pieces by id (pad 0, unk 1, ``<s>`` 2, ``</s>`` 3); with
-  ``softmax_vocab: target`` the target vocabulary is the softmax's pieces alone; the
+- the vocabulary: the SentencePiece pieces by id (pad 0, unk 1, ``<s>`` 2, ``</s>`` 3); the
   source gets ``</s>`` appended (``add_source_eos``: training saw ``x EOS``) and decoding starts
   from ``<s>`` (``decoder_start_token``): the same tokens as our own search.
 
@@ -147,17 +146,11 @@ def build_spec(model, pieces: Sequence[str], max_positions: int = DEFAULT_MAX_PO
         _attention(layer_spec.self_attention, layer.self_attn, layer.res_attn, self_attention=True)
         _ffn(layer_spec.ffn, layer.ffn, layer.res_ffn)
 
-    # §3.4 flag softmax_vocab "target": the target vocabulary is the softmax's pieces alone
-    # (the four special ones among them), their rows of the embedding and of the projection
-    ids = model.output_ids
-    if ids is not None and not all(bool((ids == i).any()) for i in (BOS_ID, EOS_ID, UNK_ID)):
-        raise CheckpointError("the model's softmax pieces lack <s>, </s> or <unk>")
-    rows = slice(None) if ids is None else ids
     target = model.src_embed if model.tgt_embed is None else model.tgt_embed
-    decoder.embeddings.weight = _array(target.weight[rows])
+    decoder.embeddings.weight = _array(target.weight)
     decoder.scale_embeddings = True
     decoder.position_encodings.encodings = _positions(model.tgt_pos, max_positions)
-    decoder.projection.weight = _array(model.projection_weight[rows])
+    decoder.projection.weight = _array(model.projection_weight)
     for layer_spec, layer in zip(decoder.layer, model.decoder_layers, strict=True):
         _attention(layer_spec.self_attention, layer.self_attn, layer.res_self, self_attention=True)
         _attention(layer_spec.attention, layer.cross_attn, layer.res_cross, self_attention=False)
@@ -173,9 +166,7 @@ def build_spec(model, pieces: Sequence[str], max_positions: int = DEFAULT_MAX_PO
     spec.config.decoder_start_token = pieces[BOS_ID]  # decoding starts with BOS, as ours
     spec.config.add_source_eos = True  # the encoder input is ``x EOS``, as in training
     spec.register_source_vocabulary(list(pieces))
-    spec.register_target_vocabulary(
-        list(pieces) if ids is None else [pieces[i] for i in ids.tolist()]
-    )
+    spec.register_target_vocabulary(list(pieces))
     spec.validate()
     return spec
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from transformer_nmt.errors import ConfigError
+from transformer_nmt.removed_keys import removed_key_message, without_removed
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
-SOFTMAX_VOCABS = ("shared", "target")
 
 
 @dataclass(frozen=True)
@@ -38,16 +38,6 @@ class ModelConfig:
     p_drop_attn: float = 0.0
     # Flag (not in the paper, which uses none): dropout after the FFN's ReLU.
     p_drop_relu: float = 0.0
-    # Flags (not in the paper, which uses none): word dropout, each source / target input token's
-    # embedding zeroed with this probability in training (Sennrich et al. 2016; a regulariser
-    # for small data, Sennrich and Zhang 2019), the kept ones scaled by 1 / (1 - p).
-    p_drop_word_src: float = 0.0
-    p_drop_word_tgt: float = 0.0
-    # Flag (not in the paper, which uses none): LayerDrop (Fan et al. 2019), each encoder and
-    # decoder layer skipped whole (the identity) for a training batch with this probability; at
-    # inference every layer runs. A regulariser, and a training step skips the skipped layers'
-    # compute.
-    p_drop_layer: float = 0.0
     # Flag (not in the paper, whose W^Q, W^K, W^V, W^O are bias-free matrices, §3.2.2, as in
     # tensor2tensor): True adds a bias to each of the four attention projections.
     attention_bias: bool = False
@@ -62,15 +52,6 @@ class ModelConfig:
     # §3.4: True = one matrix for source and target embeddings and the pre-softmax projection.
     # False (flag, for separate vocabularies) = three separate matrices.
     tie_embeddings: bool = True
-    # §3.4 "shared": the softmax runs over the whole vocabulary, as in the paper. Flag "target":
-    # over the pieces that the training data's target side contains (and the four special
-    # ones) only, rows of the same projection matrix: a smaller projection and softmax per
-    # target token (the demo's German side uses 5,331 of its 8,000 joint pieces); the other
-    # pieces get probability 0 (§5.4's smoothing keeps its mass per piece,
-    # ``training.objective.subset_smoothing``). The training stage sets the subset
-    # (``Transformer.output_mask``, saved with the weights). On the demo: 1.10x the bf16 train
-    # stage's speed, 0.3-0.5 dev BLEU lower (benchmarks/RESULTS.md); no config uses it.
-    softmax_vocab: str = "shared"
     # LayerNorm epsilon (the paper does not say; 1e-6 as in tensor2tensor).
     ln_eps: float = 1e-6
 
@@ -82,13 +63,16 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        """Build a config from ``to_dict()`` output; unknown keys are a ConfigError."""
+        """Build a config from ``to_dict()`` output (a run's record: a removed key at the paper's
+        value is left out, ``removed_keys.without_removed``); unknown keys are a ConfigError."""
         if not isinstance(data, dict):
             raise ConfigError(f"model config must be a mapping, got {type(data).__name__}")
+        data = without_removed("model", data)
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
-            raise ConfigError(f"unknown model config key(s) {unknown}; known keys: {sorted(names)}")
+            message = f"unknown model config key(s) {unknown}; known keys: {sorted(names)}"
+            raise ConfigError(removed_key_message("model", unknown) or message)
         values = {key: _coerce(key, value) for key, value in data.items()}
         return cls(**values)
 
@@ -99,9 +83,6 @@ PROBABILITY_KEYS = (
     "eps_ls",
     "p_drop_attn",
     "p_drop_relu",
-    "p_drop_word_src",
-    "p_drop_word_tgt",
-    "p_drop_layer",
 )
 
 
@@ -121,11 +102,6 @@ def validate(cfg: ModelConfig) -> None:
         raise ConfigError(
             f"model config key 'positional' must be one of {list(POSITIONAL_KINDS)}, "
             f"got {cfg.positional!r}"
-        )
-    if cfg.softmax_vocab not in SOFTMAX_VOCABS:
-        raise ConfigError(
-            f"model config key 'softmax_vocab' must be one of {list(SOFTMAX_VOCABS)}, "
-            f"got {cfg.softmax_vocab!r}"
         )
     for key in ("norm_first", "tie_embeddings", "attention_bias"):
         if not isinstance(getattr(cfg, key), bool):
@@ -320,9 +296,9 @@ def apply_overrides(
     values = cfg.to_dict()
     for key, value in items:
         if key not in _FIELD_TYPES:
-            raise ConfigError(
-                f"unknown model config key {key!r} in overrides; known keys: {sorted(_FIELD_TYPES)}"
-            )
+            known = sorted(_FIELD_TYPES)
+            message = f"unknown model config key {key!r} in overrides; known keys: {known}"
+            raise ConfigError(removed_key_message("model", [key]) or message)
         values[key] = _coerce(key, value)
     return ModelConfig(**values)
 

@@ -82,27 +82,3 @@ class Dropout(nn.Dropout):
             return F.dropout(x, self.p, self.training, self.inplace)
         keep = bernoulli_keep_mask(x.shape, self.p, x.device).view(torch.uint8)  # [*x.shape] 0/1
         return _KeepAndScale.apply(x, keep, 1 / (1 - p))
-
-
-class WordDropout(nn.Module):
-    """Word dropout (a flag; the paper has none): in training, each token's whole embedding
-    vector [d_model] is replaced by zeros with probability ``p`` and the kept ones are scaled by
-    1 / (1 - p), so the expected embedding is unchanged, as Nematus's source and target word
-    dropout (Sennrich et al. 2016, "Edinburgh NMT systems for WMT 16"; Sennrich and Zhang 2019
-    for small data). The model then learns to translate from a context with words missing. One
-    draw per token, not per element: [B, L, 1], negligible beside §5.4's dropout. Identity in
-    eval mode and for p = 0."""
-
-    def __init__(self, p: float) -> None:
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x`` [B, L, d_model] token embeddings -> the same shape, whole rows dropped."""
-        if not self.training or self.p == 0.0:
-            return x
-        keep = torch.empty((*x.shape[:-1], 1), device=x.device, dtype=x.dtype)  # [B, L, 1]
-        return x * keep.bernoulli_(1.0 - self.p).div_(1.0 - self.p)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"

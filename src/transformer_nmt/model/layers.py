@@ -49,24 +49,13 @@ class Residual(nn.Module):
         self.norm = nn.LayerNorm(d_model, eps=ln_eps)
         self.dropout = Dropout(p_drop)
         self.norm_first = norm_first
-        # Flag (train.low_precision_residual): under autocast, LayerNorm's output (in post-LN the
-        # residual stream itself) in autocast's 16-bit dtype instead of float32. LayerNorm still
-        # computes in float32; the stream's adds and dropout then move half the bytes.
-        self.low_precision_output = False
 
     def forward(
         self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]
     ) -> torch.Tensor:
         if self.norm_first:
-            return x + self.dropout(sublayer(self._normed(x)))
-        return self._normed(x + self.dropout(sublayer(x)))
-
-    def _normed(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.norm(x)  # autocast runs LayerNorm in float32
-        device = y.device.type
-        if self.low_precision_output and torch.is_autocast_enabled(device):
-            return y.to(torch.get_autocast_dtype(device))
-        return y
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
 
 
 class EncoderLayer(nn.Module):

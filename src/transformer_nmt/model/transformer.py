@@ -2,10 +2,8 @@
 
 Reads top to bottom like the paper:
   §3.4 embeddings (one shared matrix, scaled by sqrt(d_model)) + §3.5 positions, dropout (§5.4)
-       (word dropout on the token embeddings: a flag, off as in the paper)
   §3.1 encoder: N x [self-attention, FFN]; decoder: N x [masked self-attention,
        encoder-decoder attention, FFN]; every sublayer residual + LayerNorm
-       (LayerDrop, whole layers skipped in training: a flag, off as in the paper)
   §3.4 pre-softmax linear projection with the embedding matrix.
 
 Masks: no position attends to padding (source and target key padding masks) and no decoder
@@ -30,8 +28,8 @@ from torch import nn
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.model.attention import CAUSAL
 from transformer_nmt.model.config import ModelConfig
-from transformer_nmt.model.dropout import Dropout, WordDropout
-from transformer_nmt.model.layers import DecoderLayer, EncoderLayer, LayerCache, Residual
+from transformer_nmt.model.dropout import Dropout
+from transformer_nmt.model.layers import DecoderLayer, EncoderLayer, LayerCache
 from transformer_nmt.model.positional import LearnedPositions, SinusoidalPositions
 
 
@@ -110,8 +108,7 @@ class DecoderState:
 
 
 class Transformer(nn.Module):
-    """The §3 model. ``forward(src [B,S], tgt_in [B,T]) -> logits [B,T,V_out]`` (training's:
-    ``output_logits``)."""
+    """The §3 model. ``forward(src [B,S], tgt_in [B,T]) -> logits [B,T,V]``."""
 
     def __init__(
         self,
@@ -119,7 +116,6 @@ class Transformer(nn.Module):
         vocab_size: int,
         pad_id: int = 0,
         tgt_vocab_size: int | None = None,
-        unk_id: int = 1,
     ) -> None:
         super().__init__()
         if vocab_size <= 0:
@@ -132,7 +128,7 @@ class Transformer(nn.Module):
                 f"and tgt_vocab_size={tgt_vocab_size}; set tie_embeddings=false"
             )
         self.cfg = cfg
-        self.pad_id, self.unk_id = pad_id, unk_id
+        self.pad_id = pad_id
         self.vocab_size = vocab_size
         self.tgt_vocab_size = tgt_vocab_size
         d_model = cfg.d_model
@@ -145,12 +141,6 @@ class Transformer(nn.Module):
             None if cfg.tie_embeddings else nn.Linear(d_model, tgt_vocab_size, bias=False)
         )
         self.embed_scale = math.sqrt(d_model)
-        # §3.4 flag softmax_vocab "target": True for the pieces the softmax runs over
-        # [V_tgt] (set from the training data by ``restrict_output``; all of them until then)
-        keep = torch.ones(tgt_vocab_size, dtype=torch.bool)
-        self.register_buffer("output_mask", keep if cfg.softmax_vocab == "target" else None)
-        self._output_key: tuple[int, int] | None = None  # the mask that ``_softmax_rows`` read
-        self._output_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
         # §3.5 positions (separate learned tables for source and target in row E).
         if cfg.positional == "learned":
@@ -160,9 +150,6 @@ class Transformer(nn.Module):
             shared = SinusoidalPositions(d_model, min(cfg.max_positions, 1024))
             self.src_pos, self.tgt_pos = shared, shared
         self.dropout = Dropout(cfg.p_drop)  # §5.4 on embedding + position sums
-        # flag (0 in the paper): whole token embeddings dropped before the positions are added
-        self.src_word_dropout = WordDropout(cfg.p_drop_word_src)
-        self.tgt_word_dropout = WordDropout(cfg.p_drop_word_tgt)
 
         # §3.1 the two stacks of N identical layers.
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.N))
@@ -190,26 +177,18 @@ class Transformer(nn.Module):
         if self.out_proj is not None:
             nn.init.normal_(self.out_proj.weight, mean=0.0, std=d_model**-0.5)
 
-    def set_low_precision_residual(self, on: bool) -> None:
-        """Flag (train.low_precision_residual): every residual connection's LayerNorm returns
-        autocast's 16-bit dtype instead of float32 (see ``layers.Residual``); no effect outside
-        autocast."""
-        for module in self.modules():
-            if isinstance(module, Residual):
-                module.low_precision_output = on
-
     # --- embeddings and output projection (§3.4, §3.5) ------------------------------------------
 
     def _target_embedding(self) -> nn.Embedding:
         return self.src_embed if self.tgt_embed is None else self.tgt_embed
 
     def embed_source(self, src: torch.Tensor) -> torch.Tensor:
-        x = self.src_word_dropout(self.src_embed(src) * self.embed_scale)  # [B, S, d_model]
+        x = self.src_embed(src) * self.embed_scale  # [B, S, d_model]
         pe = self.src_pos(src.shape[1], device=x.device, dtype=x.dtype)  # [S, d_model]
         return self.dropout(x + pe)
 
     def embed_target(self, tgt: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        x = self.tgt_word_dropout(self._target_embedding()(tgt) * self.embed_scale)  # [B, T, d]
+        x = self._target_embedding()(tgt) * self.embed_scale  # [B, T, d_model]
         pe = self.tgt_pos(tgt.shape[1], offset, device=x.device, dtype=x.dtype)  # [T, d_model]
         return self.dropout(x + pe)
 
@@ -220,99 +199,10 @@ class Transformer(nn.Module):
         return self.src_embed.weight if self.out_proj is None else self.out_proj.weight
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
-        """§3.4 pre-softmax linear transformation: [B, T, d_model] -> logits [B, T, V_tgt]
-        (-inf for the pieces outside the softmax of ``softmax_vocab`` "target")."""
+        """§3.4 pre-softmax linear transformation: [B, T, d_model] -> logits [B, T, V_tgt]."""
         if self.out_proj is not None:  # its module (int8 decoding swaps it for a quantized one)
-            return self._mask_outside(self.out_proj(x))
-        return self._mask_outside(F.linear(x, self.src_embed.weight))
-
-    # --- the softmax's pieces (flag softmax_vocab "target"; the paper: all of them) ------------
-
-    def restrict_output(self, keep: torch.Tensor) -> None:
-        """Let the softmax run over the pieces ``keep`` ([V_tgt] bool) marks (``softmax_vocab``
-        "target"; the training stage passes the pieces of its target side). Padding, every piece
-        before it (so that padding keeps its id as a softmax position) and ``unk_id`` (a target
-        outside the subset counts as it) must be kept."""
-        if self.output_mask is None:
-            raise ConfigError("restrict_output needs the model config softmax_vocab: target")
-        if keep.dtype != torch.bool or keep.shape != self.output_mask.shape:
-            raise ValueError(
-                f"keep must be a bool tensor of shape {list(self.output_mask.shape)}, got "
-                f"{keep.dtype} of shape {list(keep.shape)}"
-            )
-        if not bool(keep[: self.pad_id + 1].all()) or not bool(keep[self.unk_id]):
-            raise ValueError(
-                f"keep must include padding ({self.pad_id}), every id before it and unk "
-                f"({self.unk_id})"
-            )
-        with torch.no_grad():
-            self.output_mask.copy_(keep)
-
-    def _softmax_rows(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-        """(ids of the softmax's pieces [V_out], each piece's position among them [V_tgt] (a
-        piece outside: unk's), the pieces outside [V_tgt] bool), or None when the softmax
-        runs over every piece. Computed once per mask (its storage and version)."""
-        mask = self.output_mask
-        if mask is None:
-            return None
-        if torch.compiler.is_compiling():  # ``model_loss`` read them before the forward
-            return self._output_rows
-        key = (mask.data_ptr(), mask._version)
-        if key != self._output_key:
-            rows = None
-            if not bool(mask.all()):
-                ids = mask.nonzero().squeeze(1)  # [V_out]
-                position = mask.long().cumsum(0) - 1  # [V_tgt]: kept piece -> softmax position
-                position = torch.where(mask, position, position[self.unk_id])
-                rows = (ids, position, ~mask)
-            self._output_key, self._output_rows = key, rows
-        return self._output_rows
-
-    def _mask_outside(self, logits: torch.Tensor) -> torch.Tensor:
-        """``logits`` [..., V_tgt] with -inf for the pieces outside the softmax."""
-        rows = self._softmax_rows()
-        if rows is None:
-            return logits
-        if torch.is_grad_enabled():
-            return logits.masked_fill(rows[2], float("-inf"))
-        return logits.masked_fill_(rows[2], float("-inf"))
-
-    @property
-    def output_ids(self) -> torch.Tensor | None:
-        """Ids of the pieces the softmax runs over [V_out] (ascending), or None: all of them."""
-        rows = self._softmax_rows()
-        return None if rows is None else rows[0]
-
-    @property
-    def output_weight(self) -> torch.Tensor:
-        """The rows of ``projection_weight`` that the softmax runs over, [V_out, d_model]
-        (all of them unless ``softmax_vocab`` "target")."""
-        rows = self._softmax_rows()
-        weight = self.projection_weight
-        return weight if rows is None else weight.index_select(0, rows[0])
-
-    def output_logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Training's §3.4 logits, over the softmax's pieces only: [..., d_model] ->
-        [..., V_out], against ``output_targets``' targets; ``project`` when they are all."""
-        if self._softmax_rows() is None:
-            return self.project(x)
-        return F.linear(x, self.output_weight)
-
-    def output_targets(self, tgt: torch.Tensor) -> torch.Tensor:
-        """Target ids [...] -> their positions among the softmax's pieces (a piece outside it,
-        e.g. in a dev sentence, counts as unk); padding keeps ``pad_id``."""
-        rows = self._softmax_rows()
-        return tgt if rows is None else rows[1][tgt]
-
-    # --- LayerDrop (a flag; the paper has none) -----------------------------------------------
-
-    def _layer_runs(self) -> bool:
-        """Whether the next encoder or decoder layer runs: at inference always; in training
-        with probability 1 - ``p_drop_layer`` (LayerDrop, Fan et al. 2019: a skipped layer passes
-        its input on unchanged, for the whole batch). Drawn from torch's CPU generator, which
-        the training's per-step seed sets, so a resumed run skips the same layers."""
-        p = self.cfg.p_drop_layer
-        return not self.training or p == 0.0 or bool(torch.rand(()) >= p)
+            return self.out_proj(x)
+        return F.linear(x, self.src_embed.weight)
 
     # --- encoder -----------------------------------------------------------------------------
 
@@ -322,8 +212,7 @@ class Transformer(nn.Module):
         attn_mask = key_padding_mask(src_mask)  # [B, 1, 1, S]
         x = self.embed_source(src)
         for layer in self.encoder_layers:
-            if self._layer_runs():
-                x = layer(x, attn_mask)
+            x = layer(x, attn_mask)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
         return EncoderOutput(memory=x, src_mask=src_mask)
@@ -364,8 +253,6 @@ class Transformer(nn.Module):
             )
         chosen = attention_layer % n_layers
         for i, layer in enumerate(self.decoder_layers):
-            if not self._layer_runs():
-                continue
             cross_k, cross_v = layer.cross_attn.project_kv(enc.memory)
             x, layer_weights = layer(
                 x,
@@ -385,10 +272,8 @@ class Transformer(nn.Module):
         return (self.project(x) if project_output else x), weights
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """``src`` [B, S], ``tgt_in`` [B, T] (both padded with ``pad_id``) -> training's logits
-        [B, T, V_out] (``output_logits``: V_out = V unless ``softmax_vocab`` "target")."""
-        hidden, _ = self.decode(tgt_in, self.encode(src), project_output=False)
-        return self.output_logits(hidden)
+        """``src`` [B, S], ``tgt_in`` [B, T] (both padded with ``pad_id``) -> logits [B, T, V]."""
+        return self.decode(tgt_in, self.encode(src))[0]
 
     # --- decoder: one position per step from a cache (search, §6.1) ---------------------------
 
@@ -450,7 +335,7 @@ class Transformer(nn.Module):
         weight, rows = self.src_embed.weight, x.shape[0]
         if state._logits is None or state._logits.shape[0] < rows:  # one state: one dtype, device
             state._logits = x.new_empty(rows, weight.shape[0])
-        return self._mask_outside(torch.mm(x, weight.t(), out=state._logits[:rows]))
+        return torch.mm(x, weight.t(), out=state._logits[:rows])
 
 
 def count_parameters(model: nn.Module, exclude_embeddings: bool = False) -> int:

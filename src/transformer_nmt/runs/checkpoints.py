@@ -31,10 +31,7 @@ import torch
 
 from transformer_nmt.errors import CheckpointError
 from transformer_nmt.io_utils import atomic_path
-
-# A run's Lightning checkpoints: <run-dir>/CHECKPOINT_DIR/step=00001000.ckpt; FINISHED_FILE in
-# CHECKPOINT_DIR when a run reaches max_steps: the finished run's full settings.
-from transformer_nmt.runs.layout import CHECKPOINT_DIR, FINISHED_FILE  # noqa: F401 (re-export)
+from transformer_nmt.removed_keys import without_removed
 
 MODEL_FILE_FORMAT = "transformer_nmt.model/1"
 # The LightningModule's attribute holding the Transformer (training/module.py).
@@ -155,6 +152,7 @@ def checkpoint_meta(payload: Mapping[str, Any], path: str | os.PathLike[str]) ->
     for key in ("model_config", "vocab"):
         if not isinstance(meta[key], Mapping):
             raise CheckpointError(f"{path}: no '{key}' recorded in the checkpoint")
+    meta["model_config"] = without_removed("model", meta["model_config"])
     return meta
 
 
@@ -287,7 +285,6 @@ def load_model_file(path: str | os.PathLike[str]) -> tuple[torch.nn.Module, dict
             config,
             vocab_size=int(vocab["size"]),
             pad_id=int(vocab["pad_id"]),
-            unk_id=int(vocab["unk_id"]),
         )
     except KeyError as err:
         raise CheckpointError(f"{path}: vocab record lacks {err}") from err

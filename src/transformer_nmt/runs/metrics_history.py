@@ -29,7 +29,6 @@ from pathlib import Path
 
 from transformer_nmt.errors import DataError
 from transformer_nmt.io_utils import atomic_open
-from transformer_nmt.runs.layout import METRICS_FILE  # noqa: F401 (re-export: the file this module reads and writes)
 
 COLUMNS = (
     "step",

@@ -1,2 +1,3 @@
-"""Training: the objective and optimiser of §5.3-5.4 (``objective``), the LightningModule
-(``module``) and the Lightning Trainer with checkpointing and resume (``trainer``)."""
+"""Training: §5.4's loss (``objective``, its kernels ``loss_kernels``), §5.3's optimiser and
+schedule (``optimizer``), the LightningModule (``module``) and the Lightning Trainer with
+checkpointing and resume (``trainer``)."""

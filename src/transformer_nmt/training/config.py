@@ -1,6 +1,7 @@
 """Training settings (the twin of ``model/config.py``): ``TrainConfig``, its validation, the
 keys a resume compares, and the fingerprint of the settings that shape learning. What its
-"auto" values become on a machine is ``training/resolution.py``.
+"auto" values become on a machine is ``training/rules.py``, applied once by
+``training/resolution.py``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from transformer_nmt.errors import ConfigError
+from transformer_nmt.removed_keys import removed_key_message
 
 # The strategies that are tested (tests/test_training.py trains two DDP processes with each):
 # "auto" (DDP with gloo on CPU / NCCL on GPU when several processes train) and Lightning's "ddp".
@@ -31,7 +33,7 @@ class TrainConfig:
     max_steps: int = 100_000  # §5.2: base 100k steps, big 300k
     # Tokens (with padding) per device per batch, or "auto": the largest whose worst-case batch
     # fits the device's memory with a margin, at most the device's share of tokens_per_update
-    # (training/preflight.py, auto_max_tokens); gradient accumulation fills the §5.1 update.
+    # (training/memory.py, auto_max_tokens); gradient accumulation fills the §5.1 update.
     max_tokens: int | str = 4096
     # §5.1: ~25k source + ~25k target tokens per optimizer step. Counted as *real* target
     # tokens (y EOS, no padding): the gradient accumulation is the number of micro-batches,
@@ -46,7 +48,7 @@ class TrainConfig:
     # Flag (paper: 1.0): multiplies the §5.3 learning-rate schedule.
     lr_scale: float = 1.0
     # Flag (paper: null = none): the last N updates before max_steps scale the §5.3 rate down
-    # linearly towards 0 (objective.cooldown_factor); for short runs, where the rate is still high
+    # linearly towards 0 (optimizer.cooldown_factor); for short runs, where the rate is still high
     # at the end.
     lr_cooldown_steps: int | None = None
     adam_betas: tuple[float, float] = (0.9, 0.98)  # §5.3
@@ -64,22 +66,12 @@ class TrainConfig:
     # bf16: big +26%, base +54% target tokens/s; benchmarks/RESULTS.md), off on a CPU, whose
     # eager loss in cache-sized chunks is the measured fast path; true / false force it.
     fused_loss: bool | str = "auto"
-    # Flag (paper: no say; autocast's rule keeps it float32): in bf16-/16-mixed training, the
-    # residual connections' LayerNorm outputs in the 16-bit dtype, so that the post-LN residual
-    # stream (§3.1's x + Sublayer(x)) and its dropout move half the bytes. LayerNorm computes in
-    # float32 either way; the stream's sums round to 16 bits (as Megatron-LM's default does).
-    low_precision_residual: bool = False
-    # Flag (paper: 0 = off): R-Drop (Liang et al. 2021), a regulariser for small data: every
-    # batch passes through the model twice (two dropout masks, twice a step's compute) and the
-    # loss adds alpha times the symmetric KL divergence of the two output distributions
-    # (objective.training_loss); the R-Drop paper uses 5 for translation.
-    rdrop_alpha: float = 0.0
     seed: int = 1
     # Flag (none by default): train keys whose value depends on the precision the run trains in,
     # e.g. {"bf16-mixed": {"max_steps": 2400, "lr_cooldown_steps": 750}}: a 16-bit run that
     # computes faster can take more steps in the same minutes. Applied once the precision is
     # resolved (``for_precision``); with a "bf16-mixed" entry, precision: auto on a CPU with bf16
-    # instructions trains in bf16-mixed (training/resolution.py, precision_choice).
+    # instructions trains in bf16-mixed (training/rules.py, precision_choice).
     by_precision: dict[str, dict[str, Any]] = field(default_factory=dict)
     # "auto" = bf16-mixed on GPUs with bf16 (a speed departure from the paper's fp32 P100
     # training, numerically benign), else 32-true; or any Lightning precision string.
@@ -124,7 +116,8 @@ class TrainConfig:
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(data) - set(names))
         if unknown:
-            raise ConfigError(f"unknown train config key(s) {unknown}; known keys: {sorted(names)}")
+            message = f"unknown train config key(s) {unknown}; known keys: {sorted(names)}"
+            raise ConfigError(removed_key_message("train", unknown) or message)
         values = dict(data)
         if "adam_betas" in values:
             betas = values["adam_betas"]
@@ -255,11 +248,6 @@ def _validate(cfg: TrainConfig) -> None:
     number("adam_eps", 0.0, 1.0)
     number("clip_grad_norm", 0.0, math.inf, allow_none=True)
     number("checkpoint_every_minutes", 0.0, math.inf)
-    alpha = cfg.rdrop_alpha
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 <= alpha < math.inf:
-        raise ConfigError(
-            f"train config key 'rdrop_alpha' must be a number >= 0 (0 = off), got {alpha!r}"
-        )
     for i, beta in enumerate(cfg.adam_betas):
         if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0.0 <= beta < 1.0:
             raise ConfigError(f"train config key 'adam_betas'[{i}] must be in [0, 1), got {beta!r}")
@@ -271,11 +259,6 @@ def _validate(cfg: TrainConfig) -> None:
         )
     if not isinstance(cfg.compile, bool):
         raise ConfigError(f"train config key 'compile' must be true or false, got {cfg.compile!r}")
-    if not isinstance(cfg.low_precision_residual, bool):
-        raise ConfigError(
-            "train config key 'low_precision_residual' must be true or false, got "
-            f"{cfg.low_precision_residual!r}"
-        )
     if cfg.fused_loss not in (True, False, "auto"):
         raise ConfigError(
             f"train config key 'fused_loss' must be auto, true or false, got {cfg.fused_loss!r}"
@@ -284,11 +267,6 @@ def _validate(cfg: TrainConfig) -> None:
         raise ConfigError(
             "train config keys 'compile' and 'loss_chunk_tokens' cannot be combined: "
             "compile covers the unchunked loss only"
-        )
-    if cfg.rdrop_alpha and cfg.loss_chunk_tokens:
-        raise ConfigError(
-            "train config keys 'rdrop_alpha' and 'loss_chunk_tokens' cannot be combined: "
-            "R-Drop's consistency term reads the whole logits of both passes"
         )
     _validate_by_precision(cfg)
     if cfg.precision not in PRECISIONS:

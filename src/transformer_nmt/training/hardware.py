@@ -23,7 +23,7 @@ GIB = 1024**3
 @dataclass(frozen=True)
 class GpuKind:
     """A GPU model: its memory (GiB, as sold) and whether it computes in bf16 (``precision:
-    auto`` picks bf16-mixed there and 16-mixed elsewhere, as ``resolution.resolve_precision``
+    auto`` picks bf16-mixed there and 16-mixed elsewhere, as ``rules.resolve_precision``
     does on the device)."""
 
     memory_gib: float

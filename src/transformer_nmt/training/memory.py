@@ -17,7 +17,7 @@ from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import count_parameters_of
 from transformer_nmt.training.config import TrainConfig
 from transformer_nmt.training.hardware import USABLE_FRACTION
-from transformer_nmt.training.objective import GPU_LOSS_ROWS
+from transformer_nmt.training.loss_kernels import GPU_LOSS_ROWS
 
 # --- shapes --------------------------------------------------------------------------------
 
@@ -54,11 +54,8 @@ def estimate_peak_bytes(
     width: int,
     precision: str,
     n_params: int | None = None,
-    rdrop: bool = False,
 ) -> MemoryEstimate:
-    """Analytic peak memory of a training step on ``batch`` rows of ``width`` tokens a side;
-    ``rdrop`` (``train.rdrop_alpha`` > 0): the step computes 2 * ``batch`` rows and R-Drop's
-    consistency term (``objective.symmetric_kl``).
+    """Analytic peak memory of a training step on ``batch`` rows of ``width`` tokens a side.
 
     Per token (``d`` = d_model, ``a`` = h*d_k, ``v`` = h*d_v, ``f`` = d_ff), what backward
     needs, counted from the layers' code (``model/layers.py``, ``attention.py``):
@@ -77,7 +74,7 @@ def estimate_peak_bytes(
     static = params * (16 + (2 if mixed else 0))
     if precision.startswith("64"):
         static = params * 32
-    tokens = batch * width * (2 if rdrop else 1)
+    tokens = batch * width
     d, a, v, f = cfg.d_model, cfg.h * cfg.d_k, cfg.h * cfg.d_v, cfg.d_ff
     attention = d + (2 * a + v) + 2 * v + d
     ffn = d + f * (2 if cfg.p_drop_relu > 0 else 1) + d
@@ -88,15 +85,13 @@ def estimate_peak_bytes(
     final = tokens * d * act  # the decoder output the pre-softmax projection reads
     # Backward also holds the gradients of the layer it is in: one decoder layer's worth more.
     activations = cfg.N * (encoder_layer + decoder_layer) + decoder_layer + embeddings + final
-    # The loss (objective._SmoothedCrossEntropy) keeps only the logits for backward, in the
+    # The loss (loss_kernels.SmoothedCrossEntropy) keeps only the logits for backward, in the
     # projection's dtype, and writes their gradient once: two [tokens x vocab] tensors at the
     # peak, plus one float32 buffer of GPU_LOSS_ROWS rows that its chunks reuse (the larger of
     # the devices' row counts). Counting four fp32 copies (autograd through log_softmax) put
     # the estimate at 1.95x / 1.59x the peak measured on an H200 for base / big at 24,948
     # tokens; this count is within 2% / 5% of it (benchmarks/RESULTS.md, issue 38).
     loss = 2 * tokens * vocab_size * act + min(GPU_LOSS_ROWS, tokens) * vocab_size * 4
-    if rdrop:  # the consistency term's gradient of both passes' logits, and its four buffers
-        loss += tokens * vocab_size * act + 4 * min(GPU_LOSS_ROWS, tokens // 2) * vocab_size * 4
     return MemoryEstimate(static, activations, loss)
 
 
@@ -113,9 +108,7 @@ def worst_batch(
     best: tuple[int, int, MemoryEstimate] | None = None
     for width in range(width_limit(model_cfg, train_cfg), 0, -1):  # longest first: wins ties
         rows = train_cfg.max_tokens // width
-        est = estimate_peak_bytes(
-            model_cfg, vocab_size, rows, width, precision, params, train_cfg.rdrop_alpha > 0
-        )
+        est = estimate_peak_bytes(model_cfg, vocab_size, rows, width, precision, params)
         if best is None or est.total > best[2].total:
             best = (rows, width, est)
     assert best is not None  # width_limit >= 1
@@ -140,16 +133,15 @@ def measure_peak_bytes(
     device: torch.device,
     timed_steps: int = 0,
     fused_loss: bool = False,
-    rdrop_alpha: float = 0.0,
 ) -> Measurement:
     """Peak CUDA memory of training steps on a random ``[batch, width]`` batch: two steps
     (the second in the steady state, with Adam's states), then ``timed_steps`` timed ones;
-    ``fused_loss`` as the run's ``train.fused_loss`` resolves on that device; ``rdrop_alpha``
-    the run's ``train.rdrop_alpha`` (> 0: each step computes the batch twice and R-Drop's term).
+    ``fused_loss`` as the run's ``train.fused_loss`` resolves on that device.
     The memory is freed afterwards; an out-of-memory error is returned as ``peak_bytes = -1``.
     """
     from transformer_nmt.model.transformer import Transformer
-    from transformer_nmt.training.objective import build_optimizer, training_loss
+    from transformer_nmt.training.objective import label_smoothed_cross_entropy
+    from transformer_nmt.training.optimizer import build_optimizer
 
     if device.type != "cuda":
         raise ValueError(f"measure_peak_bytes needs a CUDA device, got {device}")
@@ -173,16 +165,12 @@ def measure_peak_bytes(
             for _ in range(3)
         )
 
-        passes = 2 if rdrop_alpha > 0 else 1  # R-Drop: the batch twice, [2B, W]
-        src_in, tgt_in_in = src.repeat(passes, 1), tgt_in.repeat(passes, 1)
-
         def step() -> None:
             with torch.autocast("cuda", dtype=dtype, enabled=mixed):
-                logits = model(src_in, tgt_in_in)  # [passes * B, W, V]
-            loss = training_loss(
-                logits, tgt_out, eps=model_cfg.eps_ls, pad_id=0, fused=fused_loss,
-                rdrop_alpha=rdrop_alpha,
-            ).loss  # fmt: skip
+                logits = model(src, tgt_in)  # [B, W, V]
+            loss = label_smoothed_cross_entropy(
+                logits, tgt_out, eps=model_cfg.eps_ls, pad_id=0, fused=fused_loss
+            ).loss
             del logits
             loss.backward()
             optimizer.step()

@@ -27,16 +27,12 @@ from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.runs.checkpoints import LEARNING_KEY, stack_former_optimizer_state
 from transformer_nmt.training.config import TrainConfig, learning_fingerprint, learning_settings
-from transformer_nmt.training.objective import (
+from transformer_nmt.training.objective import fused_loss_wanted, loss_path, model_loss
+from transformer_nmt.training.optimizer import (
     FUSED_ADAM_DEVICES,
     build_optimizer,
     build_scheduler,
-    chunked_label_smoothed_cross_entropy,
     follow_max_steps,
-    fused_loss_wanted,
-    loss_path,
-    model_loss,
-    subset_smoothing,
 )
 
 log = logging.getLogger(__name__)
@@ -65,10 +61,7 @@ class TranslationModule(L.LightningModule):
         self.train_cfg = TrainConfig.from_dict(train_config)
         self.pad_id = int(vocab["pad_id"])
         self.bos_id, self.eos_id = int(vocab["bos_id"]), int(vocab["eos_id"])
-        self.model = Transformer(
-            self.cfg, vocab_size=int(vocab["size"]), pad_id=self.pad_id, unk_id=int(vocab["unk_id"])
-        )
-        self.model.set_low_precision_residual(self.train_cfg.low_precision_residual)
+        self.model = Transformer(self.cfg, vocab_size=int(vocab["size"]), pad_id=self.pad_id)
         # §5.4 label smoothing eps_ls is part of the model config (Table 3 row D varies it).
         self.eps_ls = self.cfg.eps_ls
         self._check_grad_finite = True
@@ -100,30 +93,22 @@ class TranslationModule(L.LightningModule):
         path = loss_path(
             self.device, fused=fused, compiled=self.train_cfg.compile,
             autocast=mixed.get(str(self.trainer.precision), False),
-            dtype=self.model.projection_weight.dtype, rdrop=self.train_cfg.rdrop_alpha > 0,
+            dtype=self.model.projection_weight.dtype,
+            chunked=bool(self.train_cfg.loss_chunk_tokens),
         )  # fmt: skip
         described = {
+            "chunked": "chunked (train.loss_chunk_tokens)",
             "fused": "fused, torch.compile'd passes over the logits",
             "projected": "projected by chunks of rows, no [tokens x V] logits (CPU fast path "
             "projected_loss)",
             "logits": "eager",
         }
-        alpha = self.train_cfg.rdrop_alpha
         log.info(
-            "loss (§5.4): %s (train.fused_loss: %s%s)%s",
-            "chunked (train.loss_chunk_tokens)" if self.train_cfg.loss_chunk_tokens
-            else described[path],
+            "loss (§5.4): %s (train.fused_loss: %s%s)",
+            described[path],
             setting,
             f" on {self.device.type}" if setting == "auto" else "",
-            f", with R-Drop: two passes per batch, alpha {alpha}" if alpha else "",
         )  # fmt: skip
-        if self.train_cfg.low_precision_residual:
-            dtype = mixed.get(str(self.trainer.precision))
-            log.info(
-                "residual stream (§3.1): %s (train.low_precision_residual)",
-                f"{str(dtype).removeprefix('torch.')}, LayerNorm's output in autocast's dtype"
-                if dtype else "float32: the flag acts in 16-bit mixed precision only",
-            )  # fmt: skip
 
     def on_train_start(self) -> None:
         # After a resume (the scheduler's state is restored by now) the cooldown ends at this
@@ -135,7 +120,7 @@ class TranslationModule(L.LightningModule):
     # --- forward and loss ----------------------------------------------------------------------
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        return self.model(src, tgt_in)  # [B, T, V_out]
+        return self.model(src, tgt_in)  # [B, T, V]
 
     def _forward_model(self) -> torch.nn.Module:
         """``self.model``, or with ``train.compile`` its ``torch.compile`` wrapper (same
@@ -148,29 +133,19 @@ class TranslationModule(L.LightningModule):
             object.__setattr__(self, "_compiled_model", compiled)  # not a registered submodule
         return compiled
 
-    def _loss(self, batch: dict[str, torch.Tensor], *, training: bool = False):
-        """The batch's summed loss; ``training``: the objective training minimises (R-Drop's
-        two passes with ``train.rdrop_alpha``), else §5.4's loss of one pass (validation)."""
-        chunk = self.train_cfg.loss_chunk_tokens
-        if chunk:  # flag: the [tokens x V] logits a chunk at a time (memory, same numbers)
-            enc = self.model.encode(batch["src"])
-            hidden, _ = self.model.decode(batch["tgt_in"], enc, project_output=False)
-            return chunked_label_smoothed_cross_entropy(
-                hidden, self.model.output_logits, self.model.output_targets(batch["tgt_out"]),
-                chunk_tokens=chunk,
-                eps=subset_smoothing(self.model, self.eps_ls), pad_id=self.pad_id,
-            )  # fmt: skip
+    def _loss(self, batch: dict[str, torch.Tensor]):
+        """The batch's summed §5.4 loss."""
         return model_loss(
             self.model, batch, eps=self.eps_ls, pad_id=self.pad_id,
             fused=fused_loss_wanted(self.train_cfg.fused_loss, batch["src"].device),
             forward=self._forward_model() if self.train_cfg.compile else None,
-            rdrop_alpha=self.train_cfg.rdrop_alpha if training else 0.0,
+            chunk_tokens=self.train_cfg.loss_chunk_tokens,
         )  # fmt: skip
 
     # --- training ------------------------------------------------------------------------------
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        out = self._loss(batch, training=True)
+        out = self._loss(batch)
         # Check before backward: a NaN must never reach the weights (or a checkpoint).
         if not bool(torch.isfinite(out.loss)):
             raise NonFiniteLossError(

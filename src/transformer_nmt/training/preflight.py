@@ -23,8 +23,7 @@ utilisation.
 
 This module is the plan; its parts live by concern: ``training/hardware.py`` (GPU kinds, this
 machine, the device, recorded speeds) and ``training/memory.py`` (the worst batch, the peak
-estimate and measurement, ``max_tokens: auto``). Their names are re-exported here: a plan's
-vocabulary in one import.
+estimate and measurement, ``max_tokens: auto``).
 """
 
 from __future__ import annotations
@@ -45,42 +44,18 @@ from transformer_nmt.training.hardware import (
     GPU_KINDS,
     RECORDED_THROUGHPUT,
     USABLE_FRACTION,
-    GpuKind,
     Target,
     Throughput,
-    available_ram_bytes,
-    cpu_target,
-    gpu_target,
     this_device,
-    total_ram_bytes,
-)  # fmt: skip
+)
 from transformer_nmt.training.memory import (
-    AUTO_MARGIN,
-    AUTO_STEP,
-    Measurement,
-    MemoryEstimate,
     auto_max_tokens,
-    estimate_peak_bytes,
     largest_fitting_max_tokens,
     measure_peak_bytes,
-    precision_bytes,
-    width_limit,
     worst_batch,
-)  # fmt: skip
+)
 from transformer_nmt.training.objective import fused_loss_wanted
-from transformer_nmt.training.resolution import accumulation, resolve_precision
-
-__all__ = [  # the plan's names, and those of its parts (re-exported)
-    "ADAM_MOMENTS", "AUTO_MARGIN", "AUTO_STEP", "CHECKPOINT_FLOAT_BYTES", "GIB", "GPU_KINDS",
-    "RECORDED_THROUGHPUT", "SHAPE_FIELDS", "USABLE_FRACTION", "GpuKind", "Measurement",
-    "MemoryEstimate", "Plan", "Target", "Throughput", "auto_max_tokens", "available_ram_bytes",
-    "check_fits", "cpu_target", "estimate_peak_bytes", "gpu_target", "largest_fitting_max_tokens",
-    "measure_peak_bytes", "model_from_name", "model_name", "plan_experiment",
-    "scaled_throughput", "precision_bytes", "refusal",
-    "resolve_plan_precision", "size_max_tokens", "this_device", "total_ram_bytes", "width_limit",
-    "worst_batch",
-]  # fmt: skip
-
+from transformer_nmt.training.rules import accumulation, resolve_precision
 
 # --- the plan of one experiment ---------------------------------------------------------------
 
@@ -91,7 +66,7 @@ def _canonical(precision: str) -> str:
 
 
 def resolve_plan_precision(train_cfg: TrainConfig, target: Target) -> str:
-    """``precision: auto`` on the target, as ``resolution.resolve_precision`` decides on the
+    """``precision: auto`` on the target, as ``rules.resolve_precision`` decides on the
     device: bf16-mixed on a GPU kind with bf16, 16-mixed on one without; on a CPU (this
     machine's) its ``CPU_AUTO_PRECISION``."""
     if train_cfg.precision != "auto":
@@ -212,18 +187,11 @@ def plan_experiment(
         throughput = None  # measured in another precision: not this plan's speed
     if throughput is None:
         throughput = scaled_throughput(params, vocab_size, target.kind, _canonical(precision))
-    if throughput is not None and cfg.rdrop_alpha > 0:  # measured with one pass per batch
-        throughput = dataclasses.replace(
-            throughput,
-            tgt_tokens_per_s=throughput.tgt_tokens_per_s / 2,
-            source=f"{throughput.source}, halved: R-Drop (train.rdrop_alpha) computes each "
-            "batch twice",
-        )
     if measure_on is not None:
         measured = measure_peak_bytes(
             model_cfg, vocab_size, rows, width, precision, measure_on,
             timed_steps if target.kind == "cuda" else 0,
-            fused_loss=fused_loss_wanted(cfg.fused_loss, measure_on), rdrop_alpha=cfg.rdrop_alpha,
+            fused_loss=fused_loss_wanted(cfg.fused_loss, measure_on),
         )  # fmt: skip
         peak, source = measured.peak_bytes, "measured"
         if measured.tgt_tokens_per_s > 0:
@@ -361,7 +329,7 @@ def check_fits(
     memory; on a CPU, the estimate against the available RAM (shared by the run's processes on
     this node). Raises a one-line ConfigError naming ``train.max_tokens`` when it does not fit.
     ``max_tokens`` must be a number here: ``size_max_tokens`` sizes "auto" first. The run's
-    settings come resolved (``training.run.resolve_run``): ``processes`` on this node."""
+    settings come resolved (``training.resolution.resolve_run``): ``processes`` on this node."""
     cfg = dataclasses.replace(
         train_cfg, accelerator=accelerator, precision=precision, devices=processes
     )

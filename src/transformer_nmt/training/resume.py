@@ -4,7 +4,7 @@ continues mid-epoch.
 Resume rules (docs/interfaces.md, docs/design.md):
 
 * A run directory's checkpoints live in ``<run-dir>/checkpoints/step=00001000.ckpt``
-  (``checkpoints.CHECKPOINT_DIR``, ``checkpoints.checkpoint_name``). A job that finds
+  (``layout.CHECKPOINT_DIR``, ``checkpoints.checkpoint_name``). A job that finds
   checkpoints there resumes from the **newest by step**, restoring weights, optimizer, LR
   schedule, loop counters and the data position (epoch and batches consumed in it, see
   ``ResumableDataLoader``).
@@ -34,8 +34,9 @@ from torch.utils.data import DataLoader
 from transformer_nmt.data.datamodule import TranslationDataModule
 from transformer_nmt.errors import CheckpointError, ConfigError
 from transformer_nmt.io_utils import write_json
+from transformer_nmt.removed_keys import without_removed
 from transformer_nmt.runs import checkpoints as ckpt_lib
-from transformer_nmt.runs.layout import SUPERSEDED_DIR
+from transformer_nmt.runs.layout import FINISHED_FILE, SUPERSEDED_DIR
 from transformer_nmt.training.config import (
     GEOMETRY_KEYS,
     RESUMABLE_KEYS,
@@ -97,7 +98,8 @@ def _changes(
     if mismatch:
         return mismatch
     # A checkpoint from before a key became resumable recorded it among the learning settings.
-    before = {k: v for k, v in (record.get("train") or {}).items() if k not in RESUMABLE_KEYS}
+    recorded = without_removed("train", record.get("train") or {})
+    before = {k: v for k, v in recorded.items() if k not in RESUMABLE_KEYS}
     now = learning_settings(cfg)
     keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
     if not keys:
@@ -210,7 +212,7 @@ def _weights_only(path: Path) -> bool:
 
 def _finished_with(checkpoint_dir: Path, cfg: TrainConfig) -> bool:
     try:
-        finished = json.loads((checkpoint_dir / ckpt_lib.FINISHED_FILE).read_text("utf-8"))
+        finished = json.loads((checkpoint_dir / FINISHED_FILE).read_text("utf-8"))
     except (OSError, ValueError):
         return False
     return isinstance(finished, dict) and finished.get("train_config") == cfg.to_dict()
@@ -218,9 +220,7 @@ def _finished_with(checkpoint_dir: Path, cfg: TrainConfig) -> bool:
 
 def mark_finished(checkpoint_dir: Path, cfg: TrainConfig, step: int) -> None:
     """Record that the run finished with ``cfg`` (read by ``start_point``)."""
-    write_json(
-        checkpoint_dir / ckpt_lib.FINISHED_FILE, {"train_config": cfg.to_dict(), "step": step}
-    )
+    write_json(checkpoint_dir / FINISHED_FILE, {"train_config": cfg.to_dict(), "step": step})
 
 
 def _move_aside(checkpoint_dir: Path) -> Path:

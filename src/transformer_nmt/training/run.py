@@ -15,22 +15,21 @@ import os
 import socket
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from transformer_nmt.data.vocab import VocabInfo, target_side_pieces
-from transformer_nmt.errors import ConfigError, UserFacingError
+from transformer_nmt.data.vocab import VocabInfo
+from transformer_nmt.errors import UserFacingError
 from transformer_nmt.io_utils import remove_stale_temps, write_json
 from transformer_nmt.model.config import ModelConfig
-from transformer_nmt.runs.checkpoints import CHECKPOINT_DIR, list_checkpoints
-from transformer_nmt.runs.layout import SUMMARY_FILE, TRAIN_LOCK_FILE
+from transformer_nmt.runs.checkpoints import list_checkpoints
+from transformer_nmt.runs.layout import CHECKPOINT_DIR, SUMMARY_FILE, TRAIN_LOCK_FILE
 from transformer_nmt.training.callbacks import (
     StageRunLogger,
     Throughput,
@@ -40,18 +39,10 @@ from transformer_nmt.training.callbacks import (
 )
 from transformer_nmt.training.cluster import local_rank
 from transformer_nmt.training.config import TrainConfig
+from transformer_nmt.training.hardware import GIB
 from transformer_nmt.training.module import NonFiniteLossError, TranslationModule
-from transformer_nmt.training.preflight import (
-    AUTO_MARGIN,
-    AUTO_STEP,
-    GIB,
-    check_fits,
-    refusal,
-    size_max_tokens,
-    this_device,
-    total_ram_bytes,
-)
-from transformer_nmt.training.resolution import Resolved, resolve
+from transformer_nmt.training.preflight import check_fits
+from transformer_nmt.training.resolution import Resolved
 from transformer_nmt.training.resume import (
     ResumableTranslationDataModule,
     ResumePoint,
@@ -117,42 +108,6 @@ class RunData:
     valid_split: str = "valid"
 
 
-def resolve_run(model_cfg: ModelConfig, train_cfg: TrainConfig, vocab: VocabInfo) -> Resolved:
-    """The run's hardware-dependent settings, once, at its start (``resolution.resolve``), with
-    ``max_tokens: auto`` sized to this process's device (``preflight.size_max_tokens``: the same
-    size on every rank) and every choice logged with its reason. ``plan_start``'s pre-flight
-    check then measures the sized batch on a GPU."""
-    # LayerDrop leaves the skipped layers' parameters without a gradient in some steps
-    resolved = replace(resolve(train_cfg), find_unused_parameters=model_cfg.p_drop_layer > 0)
-    if train_cfg.max_tokens == "auto":
-        _, target = this_device(
-            resolved.accelerator, local_rank(), resolved.devices, cpu_ram=total_ram_bytes()
-        )
-        plan = size_max_tokens(model_cfg, train_cfg, vocab.size, resolved.precision, target)
-        if not plan.fits:
-            raise ConfigError(refusal(plan, "train.max_tokens", model_cfg, train_cfg, vocab.size))
-        share = -(-plan.tokens_per_update // plan.world_size)
-        limit = "its share of an update" if plan.max_tokens > share - AUTO_STEP else "the memory"
-        detail = (
-            f"the worst-case batch {plan.batch} x {plan.width} ({plan.precision}) is estimated "
-            f"at {plan.peak_bytes / GIB:.2f} GiB, at most {AUTO_MARGIN * 100:.0f}% of "
-            f"{(plan.usable_bytes or 0) / GIB:.1f} GiB usable; tokens_per_update="
-            f"{plan.tokens_per_update} over {plan.world_size} process(es) is {share} each"
-        )
-        why = f"auto, limited by {limit}: {detail}"
-        resolved = replace(resolved, max_tokens=plan.max_tokens, max_tokens_why=why)
-        log.info(
-            "max_tokens: auto -> %d tokens per micro-batch (limited by %s): %s",
-            plan.max_tokens, limit, detail,
-        )  # fmt: skip
-    log.info("precision: %s (%s)", resolved.precision, resolved.precision_why)
-    log.info(
-        "batch widths rounded up to a multiple of %d (%s)",
-        resolved.pad_multiple, resolved.pad_multiple_why,
-    )  # fmt: skip
-    return resolved
-
-
 def sized_for(train_cfg: TrainConfig, precision: str) -> TrainConfig:
     """``train_cfg`` sized for the ``precision`` it trains in (``train.by_precision``), the
     values it takes logged."""
@@ -179,9 +134,9 @@ def plan_start(
 
     A run with steps to go first passes the pre-flight check of ``plan``
     (``preflight.check_fits``): its worst-case batch at the ``resolved`` micro-batch
-    (``resolve_run``) must fit the device (measured on a GPU, estimated against the available
-    RAM on a CPU), else a one-line ConfigError naming ``train.max_tokens``, before any step and
-    any MLflow run."""
+    (``resolution.resolve_run``) must fit the device (measured on a GPU, estimated against the
+    available RAM on a CPU), else a one-line ConfigError naming ``train.max_tokens``, before any
+    step and any MLflow run."""
     train_cfg = resolved.applied_to(train_cfg)
     if rank_zero_only.rank == 0:
         for directory in (run_dir, run_dir / CHECKPOINT_DIR):
@@ -222,10 +177,10 @@ def train_run(
 ) -> dict[str, Any] | None:
     """Fit (or resume) the run in ``run_dir`` up to ``max_steps`` and write its summary.
 
-    ``resolved``: from ``resolve_run``, once per run. ``start``: from ``plan_start`` (computed
-    here when not given). Returns the summary on rank
-    0, None on the other ranks. Raises ``NonFiniteLossError`` (naming the last good checkpoint)
-    or ``TrainingInterrupted`` instead of writing a summary.
+    ``resolved``: from ``resolution.resolve_run``, once per run. ``start``: from ``plan_start``
+    (computed here when not given). Returns the summary on rank 0, None on the other ranks.
+    Raises ``NonFiniteLossError`` (naming the last good checkpoint) or ``TrainingInterrupted``
+    instead of writing a summary.
     """
     started = time.monotonic()
     ckpt_dir = run_dir / CHECKPOINT_DIR
@@ -272,28 +227,14 @@ def train_run(
     }
     summary_path = run_dir / SUMMARY_FILE
 
-    softmax_pieces = None
-    if model_cfg.softmax_vocab == "target":  # §3.4 flag: the softmax over the target side's
-        softmax_pieces = torch.from_numpy(
-            target_side_pieces(datamodule.dataset(data.train_split).tgt, vocab)
-        )
-        log.info(
-            "§3.4 softmax over %d of the %d pieces: those of the training targets "
-            "(model softmax_vocab: target)", int(softmax_pieces.sum()), vocab.size,
-        )  # fmt: skip
-        summary["softmax_pieces"] = int(softmax_pieces.sum())
-
     def new_module() -> TranslationModule:
-        module = TranslationModule(
+        return TranslationModule(
             model_cfg.to_dict(),
             vocab.to_dict(),
             train_cfg.to_dict(),
             spm_model=str(data.spm_model),
             valid_split=data.valid_split,
         )
-        if softmax_pieces is not None:  # a resumed run's checkpoint holds the same subset
-            module.model.restrict_output(softmax_pieces)
-        return module
 
     if resume.step >= train_cfg.max_steps:
         log.info("%s is at max_steps=%d: only writing the summary", resume.path, resume.step)

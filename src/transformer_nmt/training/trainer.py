@@ -17,8 +17,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from transformer_nmt.cpu_memory import RELEASE_EVERY_STEPS
 from transformer_nmt.io_utils import atomic_path
-from transformer_nmt.runs.checkpoints import CHECKPOINT_DIR
-from transformer_nmt.runs.metrics_history import METRICS_FILE
+from transformer_nmt.runs.layout import CHECKPOINT_DIR, METRICS_FILE
 from transformer_nmt.training.callbacks import (
     LastValidation,
     LogLines,
