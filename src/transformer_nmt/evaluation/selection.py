@@ -50,7 +50,7 @@ CANDIDATES = (1, 5, 10, 20)
 # α of the GNMT length penalty ((5 + |Y|) / 6)^α tried by ``translate.alpha: auto``: from the
 # paper's 0.6 up; short-sentence models trained briefly tend to end too early (a higher α). It
 # stops at 1.6 on dev evidence alone: a grid to 4.0 chose α that did worse on held-out halves
-# of the dev set (benchmarks/bench_alpha_grid.py, benchmarks/records/alpha_grid_epyc.json).
+# of the dev set (benchmarks/archive/bench_alpha_grid.py, benchmarks/records/alpha_grid_epyc.json).
 ALPHA_CANDIDATES = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6)
 
 

@@ -165,7 +165,7 @@ class Translator(TranslationEngine):
         T > 1 torch threads (fast path ``parallel_batches``): T batches at once, each searched on
         one thread. A decoder step of a small model is too small to split well across threads:
         on 2 threads the demo model's beam-4 decoding ran 1.13-1.20x faster, with the same
-        translations (benchmarks/bench_parallel_batches.py,
+        translations (benchmarks/archive/bench_parallel_batches.py,
         benchmarks/records/parallel_batches_epyc.json). Elsewhere one batch at a time."""
         search = search or self.search
         threads = torch.get_num_threads()
