@@ -51,7 +51,7 @@ def machine() -> dict[str, Any]:
     import torch
 
     try:
-        from transformer_nmt.training.resolution import cpu_bf16_support
+        from transformer_nmt.training.rules import cpu_bf16_support
     except ImportError:  # bench_ab.py's side A from before that function
         bf16 = "unknown"
     else:

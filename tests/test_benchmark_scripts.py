@@ -254,7 +254,7 @@ def test_a_record_round_trips_and_keeps_its_claims(harness, tmp_path) -> None:
 
 
 def test_the_machine_is_the_packages_cpu_class_in_the_kernels_flags(harness) -> None:
-    from transformer_nmt.training.resolution import cpu_bf16_support
+    from transformer_nmt.training.rules import cpu_bf16_support
 
     info = harness.machine()
     assert info["cpu_bf16"] == cpu_bf16_support()
