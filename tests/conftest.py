@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -50,6 +51,25 @@ def shared_mirror() -> Path:
     if not (mirror / "multi30k" / "SHA256SUMS").is_file():
         pytest.skip(f"dataset mirror not found at {mirror} (set TRANSFORMER_NMT_TEST_MIRROR)")
     return mirror
+
+
+@pytest.fixture(scope="session")
+def mlflow_store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty MLflow SQLite store, its schema migrated once per session (~3 s a store)."""
+    from transformer_nmt.tracking.store import open_client
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    open_client(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture()
+def migrated_store(tmp_path: Path, mlflow_store_template: Path) -> str:
+    """The URI of an empty, migrated MLflow store of this test's own (a copy of the template).
+    A test of the store's creation (the migration, its lock) starts from no file instead."""
+    path = tmp_path / "mlflow.db"
+    shutil.copyfile(mlflow_store_template, path)
+    return f"sqlite:///{path}"
 
 
 @contextlib.contextmanager
@@ -109,15 +129,19 @@ def two_torch_threads():
         yield
 
 
-# The files that run whole DAGs, longest first (``pytest --durations``: the Table 3 study's DAG,
-# the smoke DAG with its re-runs, the DAGs of the tracking server with credentials, of local
-# data, of the SLURM cluster).
-WHOLE_DAG_FILES = ("test_table3_workflow.py", "test_workflow.py", "test_tracking_auth.py",
-                   "test_local_data.py", "test_slurm.py")  # fmt: skip
+# The files that take longest, longest first (``pytest --durations=0`` on one worker, summed
+# per file): the Table 3 study's DAG, the smoke DAG with its re-runs, the SLURM cluster's DAG
+# (where SLURM is installed), the search's equivalence checks, the tracking server with
+# credentials, the DAGs of local data, signals and resumes, the loss's compiled and DDP checks,
+# MLflow stores, the planner's sizing runs, the recipes.
+LONGEST_FILES = ("test_table3_workflow.py", "test_workflow.py", "test_slurm.py", "test_search.py",
+                 "test_tracking_auth.py", "test_local_data.py", "test_reliability.py",
+                 "test_loss_normalisation.py", "test_tracking.py", "test_plan.py",
+                 "test_recipes.py")  # fmt: skip
 
 
-def _whole_dag_rank(name: str) -> int:
-    return WHOLE_DAG_FILES.index(name) if name in WHOLE_DAG_FILES else len(WHOLE_DAG_FILES)
+def _longest_rank(name: str) -> int:
+    return LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -128,11 +152,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The longest files first (a whole DAG each, then the other slow tests), each kept whole
-    # and in its order: under ``--dist loadfile`` they start at once and the short files fill
-    # the cores behind them.
+    # The longest files first, then the other files with slow tests, each file kept whole and
+    # in its order: under ``--dist loadfile`` they start at once and the short files fill the
+    # cores behind them.
     slow_files = {item.path for item in items if "slow" in item.keywords}
-    items.sort(key=lambda item: (_whole_dag_rank(item.path.name), item.path not in slow_files))
+    items.sort(key=lambda item: (_longest_rank(item.path.name), item.path not in slow_files))
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")

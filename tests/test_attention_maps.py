@@ -104,10 +104,12 @@ def test_bad_requests_name_the_file_or_flag_and_write_nothing(
     assert not out.exists() or list(out.iterdir()) == []
 
 
-def test_figures_are_logged_as_mlflow_artifacts(assets, tmp_path, monkeypatch) -> None:
+def test_figures_are_logged_as_mlflow_artifacts(
+    assets, tmp_path, monkeypatch, migrated_store: str
+) -> None:
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = migrated_store
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     out = tmp_path / "figures"
     tracking = ["--mlflow-experiment", "toy_en-de", "--mlflow-run", "exp"]

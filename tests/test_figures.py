@@ -184,11 +184,11 @@ def test_corrupt_metrics_file_is_one_line_error_and_no_report(
 
 
 def test_figures_are_mlflow_artifacts_of_each_experiments_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, migrated_store: str
 ) -> None:
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = migrated_store
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     runs = tmp_path / "runs"
     scores = [_scores(runs / "a"), _scores(runs / "b")]

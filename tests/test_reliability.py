@@ -194,6 +194,7 @@ def test_a_killed_then_resumed_run_has_one_point_per_step_and_both_attempt_logs(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    migrated_store: str,
 ) -> None:
     import json
     import logging
@@ -203,7 +204,7 @@ def test_a_killed_then_resumed_run_has_one_point_per_step_and_both_attempt_logs(
     from transformer_nmt.training.module import TranslationModule
 
     caplog.set_level(logging.INFO)  # as the CLI sets it (pytest's handlers come first here)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = migrated_store
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     run = tmp_path / "run"
     argv = _tracked(train_argv(corpus, run, max_steps=12, log_every_steps=1))

@@ -119,11 +119,11 @@ def test_cli_writes_report_and_fails_cleanly(tmp_path: Path) -> None:
 
 
 def test_cli_logs_the_report_into_every_experiments_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, migrated_store: str
 ) -> None:
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = migrated_store
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     paths = [
         _scores(tmp_path / "runs" / "wmt_big", "newstest2014", 27.0),

@@ -180,11 +180,11 @@ def test_cli_mismatch_exits_2_and_writes_nothing(
 
 
 def test_cli_logs_scores_into_the_experiments_mlflow_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, migrated_store: str
 ) -> None:
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = migrated_store
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     hyp = _write(tmp_path / "h.txt", ["Ein Hund läuft.", "Zwei Kinder spielen."])
     ref = _write(tmp_path / "r.txt", ["Ein Hund rennt.", "Zwei Kinder spielen."])
@@ -230,11 +230,11 @@ def test_each_score_has_sacrebleus_own_bootstrap_interval() -> None:
 
 
 def test_cli_logs_the_intervals_into_mlflow(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, migrated_store: str
 ) -> None:
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = migrated_store
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     refs = [f"Ein Hund Nummer {i} rennt im Park ." for i in range(30)]
     hyps = [r if i % 2 else r.replace("rennt", "läuft") for i, r in enumerate(refs)]

@@ -14,7 +14,14 @@ from transformer_nmt.cli.arguments import add_tracking_arguments, tracking_run_d
 
 
 @pytest.fixture()
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def store(migrated_store: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", migrated_store)
+    return migrated_store
+
+
+@pytest.fixture()
+def fresh_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """No database file yet: the first client creates and migrates it."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     return uri
@@ -187,8 +194,9 @@ def _worker(uri: str, worker: int, n: int) -> None:
             run.log_metrics({f"job{worker}/value": float(step), "shared": float(worker)}, step)
 
 
-def test_concurrent_processes_on_a_fresh_store(store: str) -> None:
+def test_concurrent_processes_on_a_fresh_store(fresh_store: str) -> None:
     """Four jobs start at once on a fresh SQLite file: one run, no lost metric, no lock error."""
+    store = fresh_store
     workers, n = 4, 15
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=_worker, args=(store, w, n)) for w in range(workers)]
