@@ -72,6 +72,16 @@ def migrated_store(tmp_path: Path, mlflow_store_template: Path) -> str:
     return f"sqlite:///{path}"
 
 
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The reversal task of tests/training_helpers.py (a SentencePiece model and token arrays),
+    built once per test process and shared by every file that trains on it: tests only read it
+    (one that must change it works on a copy)."""
+    from tests.training_helpers import reversal_corpus
+
+    return reversal_corpus(tmp_path_factory.mktemp("corpus"))
+
+
 @contextlib.contextmanager
 def local_http_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
     """An HTTP server on 127.0.0.1 (an ephemeral port) in a thread, stopped on exit; yields its

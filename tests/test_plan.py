@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from tests.conftest import REPO_ROOT
-from tests.test_training import corpus, train_argv  # noqa: F401 (a fixture)
+from tests.training_helpers import train_argv
 from transformer_nmt.cli import main
 from transformer_nmt.cli.plan import free_disk_bytes as REAL_FREE_DISK_BYTES
 from transformer_nmt.errors import ConfigError
@@ -163,7 +163,7 @@ def test_max_tokens_auto_fills_the_memory_or_the_devices_share_of_an_update(
 
 
 def test_max_tokens_auto_in_the_train_job_sizes_to_the_memory_it_is_given(
-    corpus: dict[str, Path],  # noqa: F811
+    corpus: dict[str, Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -173,7 +173,7 @@ def test_max_tokens_auto_in_the_train_job_sizes_to_the_memory_it_is_given(
     import json
     import logging
 
-    from tests.test_training import MODEL
+    from tests.training_helpers import MODEL
     from transformer_nmt.data.vocab import load_vocab_info
     from transformer_nmt.model.config import model_config_from_spec
     from transformer_nmt.training import resolution
@@ -435,7 +435,7 @@ def test_worst_batch_respects_the_sampler_limits() -> None:
 
 
 def test_train_refuses_a_batch_that_does_not_fit_the_ram_before_any_step(
-    corpus: dict[str, Path],  # noqa: F811
+    corpus: dict[str, Path],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,

@@ -15,12 +15,7 @@ import pytest
 import torch
 
 from tests.conftest import checkout_pythonpath
-from tests.test_training import (  # noqa: F401  (corpus: the fixture)
-    corpus,
-    read_trace,
-    spawn_training,
-    train_argv,
-)
+from tests.training_helpers import read_trace, spawn_training, train_argv
 from transformer_nmt.cli import main
 from transformer_nmt.io_utils import remove_stale_temps
 from transformer_nmt.runs.checkpoints import list_checkpoints, load_checkpoint
@@ -83,7 +78,7 @@ def test_a_full_disk_leaves_nothing_partial(tmp_path: Path, monkeypatch) -> None
 
 
 def test_a_second_trainer_on_the_same_run_directory_fails_at_once(
-    corpus: dict[str, Path],  # noqa: F811
+    corpus: dict[str, Path],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -102,7 +97,7 @@ def test_a_second_trainer_on_the_same_run_directory_fails_at_once(
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_saves_a_checkpoint_and_exits_non_zero_then_resumes(
-    corpus: dict[str, Path],  # noqa: F811
+    corpus: dict[str, Path],
     tmp_path: Path,
     signum: int,
 ) -> None:
@@ -132,7 +127,7 @@ def test_a_signal_saves_a_checkpoint_and_exits_non_zero_then_resumes(
 
 @pytest.mark.slow
 def test_a_signal_to_ddp_ranks_stops_them_at_one_update_and_the_resumed_run_matches(
-    corpus: dict[str, Path],  # noqa: F811
+    corpus: dict[str, Path],
     tmp_path: Path,
 ) -> None:
     """SIGUSR1 (SLURM's warning before the time limit) to every rank of a two-process gloo run,
@@ -190,7 +185,7 @@ def _tracked(argv: list[str]) -> list[str]:
 
 
 def test_a_killed_then_resumed_run_has_one_point_per_step_and_both_attempt_logs(
-    corpus: dict[str, Path],  # noqa: F811
+    corpus: dict[str, Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -257,7 +252,7 @@ def test_a_killed_then_resumed_run_has_one_point_per_step_and_both_attempt_logs(
 
 
 def test_a_full_disk_under_mlflow_is_one_notice_and_training_goes_on(
-    corpus: dict[str, Path],  # noqa: F811
+    corpus: dict[str, Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,

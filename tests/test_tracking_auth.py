@@ -28,7 +28,7 @@ from unittest import mock
 import pytest
 
 from tests.conftest import REPO_ROOT, checkout_pythonpath, wait_for_health
-from tests.test_training import MODEL, reversal_corpus
+from tests.training_helpers import MODEL, reversal_corpus
 from transformer_nmt import tracking
 from transformer_nmt.cli import main
 from transformer_nmt.errors import ConfigError, UserFacingError

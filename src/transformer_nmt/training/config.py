@@ -17,7 +17,7 @@ from typing import Any
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.removed_keys import removed_key_message
 
-# The strategies that are tested (tests/test_training.py trains two DDP processes with each):
+# The strategies that are tested (tests/test_train_ddp.py trains two DDP processes with each):
 # "auto" (DDP with gloo on CPU / NCCL on GPU when several processes train) and Lightning's "ddp".
 # Sharded strategies (fsdp, deepspeed) would need the gradient rescaling reworked and are not
 # offered.
