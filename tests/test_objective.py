@@ -319,6 +319,35 @@ def test_model_loss_equals_the_logits_of_the_model(monkeypatch, fast_path):
             torch.testing.assert_close(ours, expected, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("chunk_tokens", [None, 4])
+def test_model_loss_takes_the_path_its_settings_name_with_their_eps(monkeypatch, chunk_tokens):
+    """``train.loss_chunk_tokens`` sends ``model_loss`` through the chunked loss (the same
+    numbers, so the call itself is checked), and every path smooths with the ``eps`` given, not
+    a default."""
+    from transformer_nmt.fast_paths import ENV
+    from transformer_nmt.training import objective
+
+    monkeypatch.setenv(ENV, "on")
+    calls: list[str] = []
+    for name in ("chunked_label_smoothed_cross_entropy", "projected_label_smoothed_cross_entropy"):
+        original = getattr(objective, name)
+
+        def spy(*args, _original=original, _name=name, **kwargs):
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(objective, name, spy)
+    model, batch = _tiny_transformer(p_drop=0.0)
+    logits = model(batch["src"], batch["tgt_in"])
+    for eps in (0.0, 0.3):
+        calls.clear()
+        out = model_loss(model, batch, eps=eps, pad_id=0, chunk_tokens=chunk_tokens)
+        ref = label_smoothed_cross_entropy(logits, batch["tgt_out"], eps=eps, pad_id=0)
+        torch.testing.assert_close(out.loss, ref.loss, rtol=1e-10, atol=0)
+        expected = "chunked" if chunk_tokens else "projected"
+        assert calls == [f"{expected}_label_smoothed_cross_entropy"]
+
+
 def _bf16_grid(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
     """float32 values k / 8, |k| <= 4: their products' sums over <= 16 terms are multiples of
     1/64 below 4 in size, exact in float32 and in bf16 (8 significant bits), so bf16 products
