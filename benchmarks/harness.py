@@ -46,7 +46,7 @@ OUT = REPO / "benchmarks" / "out"
 def machine() -> dict[str, Any]:
     """The machine a figure is measured on: the CPU model; ``flags``, the instruction sets that
     decide our CPU paths (torch's AVX2/AVX512 probes and the package's bf16 class ``cpu_bf16``,
-    ``training.resolution.cpu_bf16_support``), in the records' names; the cores this process
+    ``training.rules.cpu_bf16_support``), in the records' names; the cores this process
     may use; the GPU (None: none); the checkout's commit."""
     import torch
 
@@ -94,11 +94,12 @@ def machine_key(info: dict[str, Any]) -> str:
 
 
 def write_result(path: Path, payload: dict[str, Any]) -> None:
-    """A script's result as JSON (temp file, then rename: a killed run leaves the old one)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    """A script's result as JSON, in its keys' order (the package's atomic write: a killed run
+    leaves the old one)."""
+    from transformer_nmt.io_utils import atomic_open
+
+    with atomic_open(path) as handle:
+        handle.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 
 
 def write_record(
