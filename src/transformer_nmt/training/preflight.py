@@ -14,7 +14,7 @@ Peak memory of one training step (steady state: Adam's states exist, gradients a
   Adam's two moments (16 bytes per parameter; + 2 for autocast's bf16 weight copies), the
   activations each layer saves for backward (from the shapes, below), and the loss's
   ``[tokens x vocab]`` logits and their gradient (in the activations' dtype) with its float32
-  chunk buffer: within 2-5% of the peak measured on an H200 for base and big (issue 38).
+  chunk buffer: within 2-5% of base's and big's peak on an H200 (benchmarks/records/gpu_h200.json).
 
 Expected speed comes from ``RECORDED_THROUGHPUT`` (target tokens/s per model and device
 kind, each with its machine, date and source: ``training/recorded_throughput.yaml``), a

@@ -64,7 +64,7 @@ CPU_AUTO_PRECISION: dict[str, tuple[str, str]] = {
     "amx": (
         "32-true",
         "AMX-BF16: bf16-mixed trained the demo 1.5x faster with batch widths rounded to 8, "
-        "but 0.6-1.5 BLEU worse at the same steps (2-core Xeon, 2026-11-25, issue 20); given "
+        "but 0.6-1.5 BLEU worse at the same steps (2-core Xeon, 2026-11-25); given "
         "the same minutes (2,400 steps against 1,600) +0.76 dev BLEU over 3 seeds, so fp32 "
         "where the config sizes no bf16-mixed run (train.by_precision) (2026-11-27)",
     ),
