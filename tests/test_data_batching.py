@@ -247,7 +247,7 @@ def test_cut_is_the_same_whatever_the_chunking():
     assert np.array_equal(_cut_batches(widths, 700, chunk=7), _cut_batches(widths, 700))
 
 
-# --- few shapes: widths rounded up to pad_multiple (issue 20 §1) -------------------------------
+# --- few shapes: widths rounded up to pad_multiple -------------------------------------------
 
 
 def test_padded_width_rounds_up_but_not_past_the_cap():

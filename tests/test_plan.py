@@ -1,4 +1,4 @@
-"""``plan`` (issue 12 §5): the pre-flight table of every config, its accumulation and its
+"""``plan``: the pre-flight table of every config, its accumulation and its
 refusals; the memory estimate against measurements; the train stage's own check."""
 
 from __future__ import annotations
@@ -387,7 +387,7 @@ def test_loss_estimate_is_the_logits_the_loss_keeps_their_gradient_and_its_buffe
     """The loss keeps only the logits for backward (in their own dtype: no float32
     log-probabilities) and writes their gradient once; the estimate's loss term is those two
     and the float32 chunk buffer. On an H200 the former count (four float32 copies) put base's
-    estimate at 1.95x its measured peak (benchmarks/RESULTS.md, issue 38)."""
+    estimate at 1.95x its measured peak (benchmarks/records/gpu_h200.json)."""
     vocab, tokens = 300, 64
     logits = torch.randn(1, tokens, vocab, dtype=dtype, requires_grad=True)
     target = torch.randint(4, vocab, (1, tokens))
@@ -514,7 +514,7 @@ def test_the_checkpoints_disk_is_counted_and_a_too_small_disk_refused(
     params = count_parameters_of(get_preset("big"), 37_000)
     need = (19 + 2 * 3) * params * 4
     assert _rows(out)["wmt14_en_de_big"][13] == f"{need / hardware.GIB:.1f} GiB"
-    assert need / (21 * 3 * params * 4) <= 0.40  # the issue's goal: <= 40 % of full ones
+    assert need / (21 * 3 * params * 4) <= 0.40  # the goal: <= 40 % of full ones
     monkeypatch.setattr(plan, "free_disk_bytes", lambda path: (tmp_path, need - 1))
     args = ("--configfile", str(big), "--estimate-only", "--results-dir", str(tmp_path / "r"))
     code, _, err = _plan(capsys, *args)

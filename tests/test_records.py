@@ -1,5 +1,5 @@
 """Every figure README.md and config/ state as measured is checked against its record in
-benchmarks/records/ (issue 33): a stale number, or a record nobody cites, fails here.
+benchmarks/records/: a stale number, or a record nobody cites, fails here.
 
 The records' format and the claim check live in ``benchmarks/record_claims.py`` (``make bench``
 uses them too). A document marks each cited figure with ``<!-- record: <name> -->``

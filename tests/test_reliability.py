@@ -1,5 +1,5 @@
 """Where clusters hurt: checkpoints whole or absent on any filesystem, honest exits on
-SIGTERM/SIGINT, one trainer per run directory (issue 11)."""
+SIGTERM/SIGINT, one trainer per run directory."""
 
 from __future__ import annotations
 

@@ -234,7 +234,7 @@ def test_shared_params_are_unprefixed_and_a_change_supersedes(store: str) -> Non
     assert "data.vocab_size: '8000' -> '16000'" in new.data.tags["mlflow.note.content"]
 
 
-# --- the run directory identifies the run (issue 11) -------------------------------------------
+# --- the run directory identifies the run ----------------------------------------------------
 
 
 def _record(run_dir: Path) -> dict:
@@ -530,7 +530,7 @@ def test_a_runs_raw_corpus_files_are_its_mlflow_dataset_inputs(
     assert [json.loads(ds.source)["uri"] for ds in local] == [test.source]
 
 
-# --- what the MLflow UI shows: source, user, description (issue 22) ----------------------------
+# --- what the MLflow UI shows: source, user, description -------------------------------------
 
 
 def test_the_runs_description_says_how_to_rerun_it_and_source_user_commit_are_set(

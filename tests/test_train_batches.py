@@ -56,7 +56,7 @@ def test_validation_falls_on_its_steps_under_gradient_accumulation(
 def test_training_with_pad_multiple_sees_few_shapes_and_keeps_the_bound(
     corpus: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A few training steps over varied lengths (issue 20 §5): with pad_multiple 8 every batch
+    """A few training steps over varied lengths: with pad_multiple 8 every batch
     the model sees has widths that are multiples of 8, at most max_tokens tokens, and fewer
     distinct shapes than with widths as they come."""
     shapes = {}
