@@ -18,8 +18,8 @@ the ratio CTranslate2 / torch. Both engines batch by ``--max-tokens`` the same w
 of identical outputs is reported too (the length penalties differ: docs in
 ``transformer_nmt.inference.ct2``).
 
-``--ct2-best`` gives CTranslate2 its best documented CPU settings within the same thread budget
-(issue 33): every compute type of the precision class that this CPU supports
+``--ct2-best`` gives CTranslate2 its best documented CPU settings within the same thread budget:
+every compute type of the precision class that this CPU supports
 (``ctranslate2.get_supported_compute_types``: float32/bfloat16 for float, int8/int8_float32/
 int8_bfloat16 for int8), and for a budget of T > 1 threads also T batches at once on one
 thread each (``inter_threads=T, intra_threads=1``, its parallel.md; every batch is submitted

@@ -22,8 +22,8 @@ plain tar, UN, Common Crawl, Europarl and News Commentary as tgz members). ``--e
 1,2`` and ``--prepare-workers 1,2`` run the encode or prepare stage once per worker count (the
 speed-up of the cores it is given; outputs are checked to be byte-identical).
 
-Prints a table and writes benchmarks/out/data.json. Targets (issue 3): encode < 2 GiB, loader
-< 1 GiB, loader tokens/s far above the ~300k tokens/s one H100 trains on. Issue 18: every data
+Prints a table and writes benchmarks/out/data.json. Targets: encode < 2 GiB, loader
+< 1 GiB, loader tokens/s far above the ~300k tokens/s one H100 trains on; every data
 stage's peak within what profiles/slurm asks for a data job (``default-resources.mem_mb``).
 """
 

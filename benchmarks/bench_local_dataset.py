@@ -1,5 +1,5 @@
 """The demo two ways: Multi30k from the registry, and the same files declared as a user's own
-corpus (config ``datasets:``, ``data/local.py``). Issue 35's check that a local dataset is read
+corpus (config ``datasets:``, ``data/local.py``). The check that a local dataset is read
 exactly as a registry one: the whole DAG of ``config/config.yaml`` runs once per way, each in its
 own working directory, and every test set's scores and hypotheses must agree to the last digit.
 

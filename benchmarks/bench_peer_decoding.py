@@ -1,5 +1,5 @@
 """Beam-4 decoding speed against a peer toolkit's own beam search (eole, the successor of
-OpenNMT-py) on the *same weights*, the same sentences and the same search settings (issue 10).
+OpenNMT-py) on the *same weights*, the same sentences and the same search settings.
 
 Our model file (``--model``, e.g. the demo's ``results/runs/multi30k_en_de_tiny/averaged.pt``)
 is converted into an eole model directory: ``config.json`` (the same shape: d_model, N, h,

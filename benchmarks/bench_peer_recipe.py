@@ -1,5 +1,5 @@
 """The literature's Multi30k recipe on fairseq, beside our CPU recipe: minutes to dev BLEU and the
-final test BLEU, on the same data and the same cores (issue 33 item 3).
+final test BLEU, on the same data and the same cores.
 
 The peer is the text-only Transformer-tiny baseline of Wu et al. 2021, "Good for Misconceived
 Reasons" (ACL 2021; github.com/LividWo/Revisit-MMT, ``README-baseline.md``: 41.02 BLEU4 on
@@ -59,7 +59,7 @@ target tokens/s and 6,760 per update, ``--patience`` stopped a run after 4,500 u
 minutes; the 8,000 updates at most would take ~3 h):
 
     python benchmarks/bench_peer_recipe.py --data-mirror ../shared/data --minutes 150
-    python benchmarks/bench_peer_recipe.py --resume --minutes 150          # the next session
+    python benchmarks/bench_peer_recipe.py --resume --minutes 150          # resumes
     python benchmarks/bench_peer_recipe.py --resume --minutes 0 \\
         --ours results/runs/multi30k_en_de_cpu                            # scores only
 """

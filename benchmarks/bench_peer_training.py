@@ -1,5 +1,5 @@
 """Training throughput against a peer toolkit (``--peer``: eole, the successor of OpenNMT-py,
-or fairseq) on the same model shape, data, vocabulary, batch size and threads (issues 10, 33).
+or fairseq) on the same model shape, data, vocabulary, batch size and threads.
 
 Data: the pipeline's own stages (Snakemake: download -> prepare -> spm-train -> encode) build
 Multi30k EN-DE as in ``config/config.yaml``. Ours trains on those token arrays; the peer reads

@@ -1,5 +1,5 @@
 """``make bench``: the quick set of the project's headline comparisons, rerun on this machine
-and written as records (issue 33 item 6). 23.6 minutes on a 2-core Xeon with AMX (2026-11-27,
+and written as records. 23.6 minutes on a 2-core Xeon with AMX (2026-11-27,
 record ``make_bench_xeon_amx``; 33.4 before the peer runs were cut to 75 updates and ours
 shared between the two peers):
 
@@ -65,30 +65,30 @@ PEER_PARTS = {
 PEER_STEPS = 75
 
 LONG = [
-    ("the CPU recipe, whole DAG (issue 36)", "~60 min",
+    ("the CPU recipe, whole DAG", "~60 min",
      "snakemake --cores all --configfile config/experiments/multi30k_en_de_cpu.yaml "
      "--config data_mirror=MIRROR"),
-    ("time to dev BLEU against eole (issue 21)", "~21 min",
+    ("time to dev BLEU against eole", "~21 min",
      "python benchmarks/bench_time_to_bleu.py --config config/config.yaml --minutes 12 "
      "--max-steps 1200 --every-steps 100 --score-every-steps 200 --sets valid "
      "--data-mirror MIRROR --peer eole --concurrent --threads 1 --name peer_demo"),
-    ("the CPU fast paths, one at a time (issue 32)", "~40 min",
+    ("the CPU fast paths, one at a time", "~40 min",
      "python benchmarks/bench_fast_paths.py --only train --rounds 3 --steps 5; "
      "python benchmarks/bench_fast_paths.py --only decode --rounds 4"),
-    ("Wu et al. 2021's Multi30k recipe on fairseq beside the CPU recipe (issue 33)",
+    ("Wu et al. 2021's Multi30k recipe on fairseq beside the CPU recipe",
      "~2 h of fairseq training (100 min to its --patience stop; 3 h at most), resumable",
      "python benchmarks/bench_peer_recipe.py --data-mirror MIRROR --minutes 170 "
      "[--resume] --ours results/runs/multi30k_en_de_cpu"),
-    ("the demo from a local dataset against the registry's (issue 35)", "~18 min",
+    ("the demo from a local dataset against the registry's", "~18 min",
      "python benchmarks/bench_local_dataset.py --mirror MIRROR"),
-    ("a lever of the CPU recipe against it on dev, 3 seeds each (issue 36; the variant's keys are"
+    ("a lever of the CPU recipe against it on dev, 3 seeds each (the variant's keys are"
      " an example; one H200 trains the 6 runs side by side in ~9 min: gpu_proof.sh step 8)",
      "~6 h of training",
      "python benchmarks/lever_screen.py config --recipe config/experiments/multi30k_en_de_cpu.yaml "
      "--variant postln model_overrides.norm_first=false --data-mirror MIRROR --out screen.yaml; "
      "snakemake --cores all --keep-going --configfile screen.yaml $(cat screen.yaml.targets); "
      "python benchmarks/lever_screen.py summary --config screen.yaml"),
-    ("Table 3 at CPU scale (issue 37)", "~3 h of training",
+    ("Table 3 at CPU scale", "~3 h of training",
      "snakemake --cores all --configfile config/experiments/table3_cpu.yaml "
      "--config data_mirror=MIRROR"),
 ]  # fmt: skip

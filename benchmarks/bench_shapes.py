@@ -1,4 +1,4 @@
-"""Few shapes (issue 20 §1): training speed, peak memory and distinct batch shapes of the demo
+"""Few shapes: training speed, peak memory and distinct batch shapes of the demo
 with batch widths rounded up to ``pad_multiple``, in fp32 and bf16-mixed, on this CPU.
 
 What runs: the pipeline's own ``python -m transformer_nmt train`` (what Snakemake runs) on the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The first measured run on a GPU (issue 38), as one script: each step has its own time limit,
+# The measurements on a GPU, as one script: each step has its own time limit,
 # writes its figures under OUT, and a failing step does not stop the next. Steps, most valuable
 # first:
 #   1. bench_training.py: base and big, bf16, the micro-batch max_tokens: auto chooses on this
@@ -136,7 +136,7 @@ if wants 3; then
 MAX_STEPS=${MAX_STEPS:-$([ "$SHRINK" = 1 ] && echo 20 || echo 1500)}
 EVERY=${EVERY:-$([ "$SHRINK" = 1 ] && echo 10 || echo 500)}
 cat > /tmp/gpu_proof_overlay.yaml <<EOF
-# benchmarks/gpu_proof.sh: the recipe with max_steps cut to fit the GPU's lease
+# benchmarks/gpu_proof.sh: the recipe with max_steps cut to fit the GPU's time limit
 experiments:
   multi30k_en_de_base:
     train:
@@ -222,7 +222,7 @@ else
         --sdpa-backend auto efficient auto efficient --out "$OUT/training_sdpa_padded.json"
 fi
 fi
-# --- 8. the CPU recipe's levers screened on this GPU (issue 36): variants x seeds side by side --
+# --- 8. the CPU recipe's levers screened on this GPU: variants x seeds side by side -------------
 # Each run is a small host-bound process (the recipe's d_model 128 on 4,096-token batches), so
 # the GPU trains several at once: one snakemake DAG, its train jobs at 1 thread each, up to the
 # dev set's choices (benchmarks/lever_screen.py: no test set is decoded). SCREEN_VARIANTS:

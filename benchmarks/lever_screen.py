@@ -1,6 +1,6 @@
 """A lever screen: one recipe experiment and its variants, each with several seeds, through the
 pipeline up to the dev set's choices (train -> average, K on dev -> select-alpha), then the
-adoption rule of issue 36 on the dev numbers.
+adoption rule (below) on the dev numbers.
 
 Two steps, so that the runs can go wherever there is compute (a 2-core CPU trains one run an
 hour; a lent GPU trains several side by side, each a small host-bound process):

@@ -1,5 +1,4 @@
-"""How far ``translate.alpha: auto`` should search, argued from the dev set alone (issue 33
-item 8).
+"""How far ``translate.alpha: auto`` should search, argued from the dev set alone.
 
 ``evaluation.selection.ALPHA_CANDIDATES`` (0.6 ... 1.6) bounds the α that ``select-alpha`` may
 choose. A wider grid always finds an equal or higher dev BLEU on the set it is chosen on; the
