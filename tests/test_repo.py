@@ -63,3 +63,31 @@ def test_config_readme_explains_every_key_of_the_schema() -> None:
         keys |= set(schema["$defs"][name]["properties"])
     missing = sorted(k for k in keys if f"`{k}`" not in doc)
     assert not missing, f"config/README.md does not explain {missing}"
+
+
+# The history of the product's making (tracker numbers, development sessions) belongs in git
+# and CHANGELOG.md, not in the product. README.md and docs/ join this list once clean.
+HISTORY = re.compile(
+    r"\bissues? #?[0-9]+|the issue'?s\b|\b(this|last|next|previous|earlier) session\b", re.I
+)
+PRODUCT = ["config", "src", "workflow", "Snakefile", "tests", "Makefile"]
+
+
+def test_product_files_state_goals_and_results_not_their_history() -> None:
+    roots = [REPO_ROOT / name for name in PRODUCT]
+    files = [p for root in roots for p in ([root] if root.is_file() else sorted(root.rglob("*")))]
+    files += sorted((REPO_ROOT / "benchmarks").glob("*.py"))
+    hits = []
+    for path in files:
+        if not path.is_file() or any(
+            part == "__pycache__" or part.endswith(".egg-info") for part in path.parts
+        ):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if HISTORY.search(line):
+                hits.append(f"{path.relative_to(REPO_ROOT)}:{number}: {line.strip()[:80]}")
+    assert not hits, "history in the product:\n" + "\n".join(hits)
