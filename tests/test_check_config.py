@@ -55,7 +55,7 @@ def test_a_removed_key_is_one_line_naming_its_release_and_record(
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(
         f"error: {bad}: config: experiments.multi30k_en_de_tiny.model_overrides: model config "
-        "key 'p_drop_layer' was removed in release 0.1.0 (LayerDrop: measured and not adopted, "
+        "key 'p_drop_layer' was removed in release 0.2.0 (LayerDrop: measured and not adopted, "
         'benchmarks/RESULTS.md, section "LayerDrop: built'
     )
     assert line.endswith("delete the key")
@@ -65,7 +65,7 @@ def test_a_removed_key_is_one_line_naming_its_release_and_record(
         (lambda: apply_overrides(ModelConfig(), ["softmax_vocab=target"]), "softmax_vocab"),
         (lambda: TrainConfig.from_dict({"rdrop_alpha": 5.0}), "rdrop_alpha"),
     ):
-        with pytest.raises(ConfigError, match=f"key '{key}' was removed in release 0.1.0"):
+        with pytest.raises(ConfigError, match=f"key '{key}' was removed in release 0.2.0"):
             build()
     # a run recorded before the removal holds the keys at the paper's value: the same model
     recorded = {**ModelConfig().to_dict(), "softmax_vocab": "shared", "p_drop_layer": 0.0}

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from transformer_nmt._lazy import lazy_attributes
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["Translator", "__version__"]
 
 if TYPE_CHECKING:

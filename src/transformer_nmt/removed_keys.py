@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-RELEASE = "0.1.0"
+RELEASE = "0.2.0"
 LAST_COMMIT = "8bd38e2"
 _RESULTS = "benchmarks/RESULTS.md, section"
 
