@@ -91,3 +91,28 @@ def test_product_files_state_goals_and_results_not_their_history() -> None:
             if HISTORY.search(line):
                 hits.append(f"{path.relative_to(REPO_ROOT)}:{number}: {line.strip()[:80]}")
     assert not hits, "history in the product:\n" + "\n".join(hits)
+
+
+KINDS = ["Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"]
+
+
+def test_changelog_keeps_one_heading_per_kind_and_its_top_release_is_the_version() -> None:
+    """CHANGELOG.md in Keep a Changelog form: ``## [Unreleased]``, then one ``## [version] -
+    YYYY-MM-DD`` per release, newest first; under each, at most one heading per kind, in
+    Keep a Changelog's order. The newest release is pyproject's version and the package's."""
+    import transformer_nmt
+
+    text = (REPO_ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    releases = re.split(r"^## ", text, flags=re.M)[1:]
+    titles = [release.splitlines()[0] for release in releases]
+    assert titles[0] == "[Unreleased]", titles
+    for title in titles[1:]:
+        assert re.fullmatch(r"\[\d+\.\d+\.\d+\] - \d{4}-\d{2}-\d{2}", title), title
+    for title, release in zip(titles, releases, strict=True):
+        kinds = re.findall(r"^### (.*)$", release, flags=re.M)
+        assert set(kinds) <= set(KINDS), (title, kinds)
+        assert kinds == sorted(set(kinds), key=KINDS.index), (title, kinds)
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    version = pyproject["project"]["version"]
+    assert titles[1].startswith(f"[{version}] - ")
+    assert transformer_nmt.__version__ == version
