@@ -54,8 +54,9 @@ check-config: install
 ui: install
 	python -m transformer_nmt ui $(ARGS)
 
-# the quick set of benchmarks (23.6 min on a 2-core Xeon with AMX), rewriting benchmarks/records/;
-# it lists the README/config figures that no longer match. make bench ARGS="--mirror ../shared/data"
+# the quick set of benchmarks (record make_bench_<cpu class> has its minutes), rewriting
+# benchmarks/records/ and the tables of README.md and docs/ (benchmarks/render_tables.py); it
+# lists the config/ figures that no longer match. make bench ARGS="--mirror ../shared/data"
 bench: install
 	python benchmarks/bench_quick.py $(ARGS)
 

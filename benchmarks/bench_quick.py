@@ -1,7 +1,5 @@
 """``make bench``: the quick set of the project's headline comparisons, rerun on this machine
-and written as records. 23.6 minutes on a 2-core Xeon with AMX (2026-11-27,
-record ``make_bench_xeon_amx``; 33.4 before the peer runs were cut to 75 updates and ours
-shared between the two peers):
+and written as records; its own wall time is record ``make_bench_<machine>``:
 
 1. **The demo**: ``config/config.yaml``'s whole DAG in a fresh working directory (the data from
    ``--mirror``): minutes, training seconds and target tokens/s, peak RSS, sacreBLEU, chrF and
@@ -19,11 +17,12 @@ shared between the two peers):
 
 When every part ran, the set's wall time (in all and per part) is record ``make_bench_<machine>``.
 ``<machine>`` names the CPU class the figures belong to (``machine_key``): ``xeon_amx``,
-``epyc``, ... A record already there keeps its ``claims`` (the sentences of README.md and
-config/ that cite it) and gets the new values, command, commit, date and machine. Then every
-record's claims are checked against the documents, as ``tests/test_records.py`` does: the
-ones that no longer match are listed, and the exit status is 1, until the documents say the
-new figures (a record nobody cites yet is listed too, with where to cite it).
+``epyc``, ... A record already there keeps its ``claims`` (the sentences of config/ that cite
+it) and gets the new values, command, commit, date and machine. Then the tables of README.md
+and docs/ are rendered again from the records (``render_tables.py``), and every record's claims
+are checked against config/, as ``tests/test_records.py`` does: the ones that no longer match
+are listed, and the exit status is 1, until config/ says the new figures (a new record that no
+table or claim cites is listed too, with where to cite it).
 
 The long comparisons are not rerun here; ``--list`` prints them with their commands and
 durations on 2 cores (``LONG``).
@@ -51,6 +50,8 @@ import harness
 import yaml
 from harness import REPO, machine, machine_key, python_env, run_dag
 from record_claims import load_records, stale_claims
+from render_tables import load_tables
+from render_tables import main as render_tables
 
 BENCH = REPO / "benchmarks"
 PARTS = ("demo", "ct2", "peer", "fairseq")
@@ -245,17 +246,17 @@ def write_record(name: str, result: dict[str, Any], info: dict[str, Any]) -> Non
 def report_claims(written: list[str]) -> int:
     """Print the claims the documents no longer state; 1 if any (or an uncited new record)."""
     status = 0
+    in_tables = {row["record"] for table in load_tables().values() for row in table["rows"]}
     for name, record in load_records().items():
-        if not record["claims"] and name in written:
-            print(f"{name}: cited nowhere yet: cite it in README.md or config/ (a sentence with "
-                  f"its figures and the marker 'record: {name}', and the sentence in its "
-                  f"'claims'), or delete it")  # fmt: skip
+        if not record["claims"] and name not in in_tables and name in written:
+            print(f"{name}: cited nowhere yet: give it a row in benchmarks/tables.yaml (then "
+                  f"python benchmarks/render_tables.py), or delete it")  # fmt: skip
             status = 1
         for line in stale_claims(name, record):
             print(f"{name}: stale: {line}")
             status = 1
     if status == 0:
-        print("every record's claims match README.md and config/")
+        print("every record's claims match config/")
     return status
 
 
@@ -303,6 +304,7 @@ def main() -> int:
     if set(seconds) == set(PARTS):  # the whole set ran: how long "make bench" takes here
         write_record(f"make_bench_{key}", duration_record(seconds), info)
         written.append(f"make_bench_{key}")
+    render_tables([])
     return report_claims(written)
 
 

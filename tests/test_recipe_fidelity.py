@@ -140,7 +140,7 @@ DEPARTURES: dict[tuple[str, str], Departure] = {
         (recipe, "precision_h100"): Departure(
             "bf16-mixed",
             (
-                ("README.md", "`train.precision: auto` — bf16-mixed on GPUs that support it"),
+                ("docs/departures.md", "`train.precision: auto` — bf16-mixed on GPUs that support it"),
                 (
                     f"config/experiments/{recipe}.yaml",
                     "precision: auto # bf16-mixed on GPUs with bf16 (the paper: fp32 on P100s)",
@@ -160,7 +160,7 @@ DEPARTURES: dict[tuple[str, str], Departure] = {
             "sentencepiece-bpe",
             (
                 (
-                    "README.md",
+                    "docs/departures.md",
                     "Vocabulary: SentencePiece BPE (joint per pair) in place of the "
                     "paper's byte-pair encoding (EN-DE) and word-piece vocabulary (EN-FR)",
                 ),
@@ -175,8 +175,8 @@ DEPARTURES: dict[tuple[str, str], Departure] = {
         Departure(
             None,
             (
-                ("README.md", "`train.tokens_per_update` counts *real* target tokens"),
-                ("README.md", "the real source and target tokens of every update are logged"),
+                ("docs/departures.md", "`train.tokens_per_update` counts *real* target tokens"),
+                ("docs/departures.md", "the real source and target tokens of every update are logged"),
             ),
         ),
     ),

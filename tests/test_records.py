@@ -1,9 +1,11 @@
-"""Every figure README.md and config/ state as measured is checked against its record in
-benchmarks/records/: a stale number, or a record nobody cites, fails here.
+"""Every measured figure is checked against its record in benchmarks/records/: a stale number,
+a table edited by hand, or a record nothing cites fails here.
 
-The records' format and the claim check live in ``benchmarks/record_claims.py`` (``make bench``
-uses them too). A document marks each cited figure with ``<!-- record: <name> -->``
-(``# record: <name>`` in YAML); every marker names a record that claims text in that file.
+README.md and docs/*.md show measured figures only in tables that ``benchmarks/render_tables.py``
+renders from the records (``benchmarks/tables.yaml``). config/ states figures in its text: the
+records' format and that claim check live in ``benchmarks/record_claims.py`` (``make bench``
+uses both). config/ marks each cited figure with ``<!-- record: <name> -->`` (``# record:
+<name>`` in YAML); every marker names a record that claims text in that file.
 """
 
 from __future__ import annotations
@@ -18,8 +20,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from record_claims import REQUIRED, load_records, stale_claims  # noqa: E402
+from render_tables import (  # noqa: E402
+    BLOCK,
+    documents,
+    load_tables,
+    placed_tables,
+    render_table,
+    render_text,
+)
 
-DOCUMENTS = ["README.md", "config/README.md", *(p.relative_to(REPO).as_posix()
+DOCUMENTS = ["config/README.md", *(p.relative_to(REPO).as_posix()
              for p in sorted((REPO / "config").rglob("*.yaml")))]  # fmt: skip
 MARKER = re.compile(r"(?:<!--|#)\s*record:\s*([\w.-]+)")
 
@@ -46,7 +56,53 @@ def test_every_marker_names_a_record_that_claims_text_there() -> None:
             assert name in records, f"{document}: marker names no record {name!r}"
             assert document in records[name]["claims"], f"{name} claims nothing in {document}"
             seen.add(name)
-    assert seen == set(records), f"records no document cites: {sorted(set(records) - seen)}"
+    seen |= {row["record"] for table in load_tables().values() for row in table["rows"]}
+    assert seen == set(records), f"records nothing cites: {sorted(set(records) - seen)}"
+
+
+# --- the rendered tables of README.md and docs/ -----------------------------------------------
+
+
+@pytest.mark.parametrize("path", documents(), ids=lambda p: p.relative_to(REPO).as_posix())
+def test_each_table_of_a_document_is_its_records_rendered(path: Path) -> None:
+    text, where = path.read_text(encoding="utf-8"), path.relative_to(REPO).as_posix()
+    assert render_text(text, where, load_tables(), load_records()) == text, (
+        f"{where}: a table differs from its records; run python benchmarks/render_tables.py"
+    )
+
+
+def test_every_table_is_placed_and_every_row_names_a_record_with_its_figures() -> None:
+    tables, records = load_tables(), load_records()
+    assert set(placed_tables()) == set(tables), "tables.yaml and the documents' blocks differ"
+    for name, table in tables.items():
+        for row in table["rows"]:
+            assert row["record"] in records, f"table {name}: no record {row['record']!r}"
+        rendered = render_table(name, table, records, "")
+        assert rendered.count("\n|") == len(table["rows"]) + 1, name  # header rule + rows
+
+
+def test_a_figure_edited_by_hand_in_a_table_fails_the_check() -> None:
+    """The README's first table with one figure changed is no longer its rendering; with the
+    figure back, it is."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    body = BLOCK.search(readme).group(3)
+    figure = re.search(r"\| (\d+\.\d+) \|", body)
+    edited = body.replace(figure.group(0), f"| {float(figure.group(1)) + 0.1:.1f} |", 1)
+    tables, records = load_tables(), load_records()
+    assert render_text(readme.replace(body, edited), "README.md", tables, records) == readme
+    assert readme.replace(body, edited) != readme
+
+
+def test_a_row_names_the_machine_class_from_the_record() -> None:
+    from render_tables import machine_class
+
+    xeon = {"cpu_model": "Intel(R) Xeon(R) Processor", "cores": 2}
+    assert machine_class({**xeon, "cpu_flags": "amx_bf16 avx512_bf16 avx2"}) == (
+        "2-core Intel Xeon, AMX")
+    assert machine_class({**xeon, "cpu_flags": "avx2 avx512f"}) == "2-core Intel Xeon, AVX512, no bf16"
+    assert machine_class({"cpu_model": "AMD EPYC", "cpu_flags": "avx2", "cores": 2}) == (
+        "2-core AMD EPYC, AVX2 only")
+    assert machine_class({"gpu": "NVIDIA H200 (one, lent VM)", "cpu_flags": "n/a"}) == "NVIDIA H200"
 
 
 def test_make_bench_rewrites_a_record_keeping_its_claims_and_lists_stale_ones(
