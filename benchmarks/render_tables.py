@@ -60,7 +60,8 @@ def machine_class(machine: dict) -> str:
         return re.match(r"NVIDIA \w+", machine["gpu"]).group(0)
     flags = set(machine["cpu_flags"].split())
     tier = next((name for flag, name in CPU_TIERS if flag in flags), "no AVX2")
-    vendor = "AMD EPYC" if "EPYC" in machine["cpu_model"] else "Intel Xeon"
+    model = machine["cpu_model"]
+    vendor = "AMD EPYC" if "EPYC" in model else "Intel Xeon" if "Xeon" in model else model
     return f"{machine['cores']}-core {vendor}, {tier}"
 
 

@@ -98,10 +98,14 @@ def test_a_row_names_the_machine_class_from_the_record() -> None:
 
     xeon = {"cpu_model": "Intel(R) Xeon(R) Processor", "cores": 2}
     assert machine_class({**xeon, "cpu_flags": "amx_bf16 avx512_bf16 avx2"}) == (
-        "2-core Intel Xeon, AMX")
-    assert machine_class({**xeon, "cpu_flags": "avx2 avx512f"}) == "2-core Intel Xeon, AVX512, no bf16"
+        "2-core Intel Xeon, AMX"
+    )
+    assert (
+        machine_class({**xeon, "cpu_flags": "avx2 avx512f"}) == "2-core Intel Xeon, AVX512, no bf16"
+    )
     assert machine_class({"cpu_model": "AMD EPYC", "cpu_flags": "avx2", "cores": 2}) == (
-        "2-core AMD EPYC, AVX2 only")
+        "2-core AMD EPYC, AVX2 only"
+    )
     assert machine_class({"gpu": "NVIDIA H200 (one, lent VM)", "cpu_flags": "n/a"}) == "NVIDIA H200"
 
 
