@@ -96,7 +96,7 @@ PAPER: dict[str, tuple[Any, Any, Any, Any]] = {
     "update_tokens_1xh100":       same(pytest.approx(25_000, rel=0.05)),
     "update_tokens_8xh100":       same(pytest.approx(25_000, rel=0.05)),
     "src_tokens_per_update":      same(pytest.approx(25_000, rel=0.05)),  # source tokens
-    "precision_h100":             same("32-true"),          # §5.2 P100s (fp32, per README.md)
+    "precision_h100":             same("32-true"),          # §5.2 P100s (fp32, per docs/departures.md)
     # --- training (§5.2)
     "max_steps":                  by_size(100_000, 300_000),
     # --- checkpoint averaging (§6.1)

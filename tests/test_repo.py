@@ -40,10 +40,11 @@ def test_environment_yml_installs_every_runtime_dependency() -> None:
 
 
 def test_one_torch_version_everywhere() -> None:
-    """README, Makefile (what `make run` installs) and environment.yml pin the same torch."""
+    """docs/running.md (the install by hand), Makefile (what `make run` installs) and
+    environment.yml pin the same torch."""
     pins = {
         name: set(re.findall(r"torch==([\w.+]+)", (REPO_ROOT / name).read_text(encoding="utf-8")))
-        for name in ("README.md", "Makefile", "environment.yml")
+        for name in ("docs/running.md", "Makefile", "environment.yml")
     }
     (version,) = pins["Makefile"]
     assert pins == {name: {version} for name in pins}
@@ -66,11 +67,11 @@ def test_config_readme_explains_every_key_of_the_schema() -> None:
 
 
 # The history of the product's making (tracker numbers, development sessions) belongs in git
-# and CHANGELOG.md, not in the product. README.md and docs/ join this list once clean.
+# and CHANGELOG.md, not in the product.
 HISTORY = re.compile(
     r"\bissues? #?[0-9]+|the issue'?s\b|\b(this|last|next|previous|earlier) session\b", re.I
 )
-PRODUCT = ["config", "src", "workflow", "Snakefile", "tests", "Makefile"]
+PRODUCT = ["README.md", "docs", "config", "src", "workflow", "Snakefile", "tests", "Makefile"]
 
 
 def test_product_files_state_goals_and_results_not_their_history() -> None:

@@ -1,4 +1,4 @@
-"""An authenticated tracking server (README, "MLflow on a cluster"): MLflow's basic-auth app with
+"""An authenticated tracking server (docs/cluster.md, "MLflow on a cluster"): MLflow's basic-auth app with
 ``default_permission = NO_PERMISSIONS`` and its host check on, on 127.0.0.1. Tracked stages reach
 it with credentials from the environment or ``~/.mlflow/credentials`` (mode 0600); a request
 without them, or with wrong ones, is refused (HTTP 401) and changes nothing; a stage without them
@@ -134,7 +134,7 @@ def _call(
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
-    """``mlflow server --app-name basic-auth`` as README's "MLflow on a cluster" runs it: the
+    """``mlflow server --app-name basic-auth`` as docs/cluster.md's "MLflow on a cluster" runs it: the
     auth config file (mode 0600) with ``default_permission = NO_PERMISSIONS``, the admin's
     password and the CSRF key in the server's environment, ``--allowed-hosts`` = the address
     the clients use; users ``nmt`` (who tracks) and ``other``. Stopped after the module's
@@ -175,7 +175,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace
     )
     try:
         wait_for_health(url, proc, root / "server.log", 180)
-        # the jobs' user, made as README's snippet makes it: the admin's credentials in the
+        # the jobs' user, made as docs/cluster.md's snippet makes it: the admin's credentials in the
         # environment, MLflow's auth client
         from mlflow.server import get_app_client
 
@@ -435,7 +435,7 @@ def test_the_credentials_are_in_no_log_file_param_or_tag(
 def test_a_user_granted_read_sees_the_run_and_still_cannot_delete_it(
     server: SimpleNamespace, tracked: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """README: the admin grants a colleague READ on one experiment."""
+    """docs/cluster.md: the admin grants a colleague READ on one experiment."""
     from mlflow.server import get_app_client
 
     run_id, experiment_id = tracked.record["run_id"], tracked.record["experiment_id"]

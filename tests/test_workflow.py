@@ -310,7 +310,7 @@ def test_moving_the_registry_or_editing_another_pair_reruns_nothing(
 @pytest.fixture()
 def mlflow_server(tmp_path: Path) -> Iterator[str]:
     """``mlflow server`` on 127.0.0.1 (a SQLite backend, proxied artifacts), as a cluster's login
-    node would run it (README, "MLflow on a cluster"); stopped after the test, and by
+    node would run it (docs/cluster.md, "MLflow on a cluster"); stopped after the test, and by
     ``timeout`` in any case."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

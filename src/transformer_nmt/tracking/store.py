@@ -18,8 +18,8 @@
   Runs* directly: ``experiment_links`` gives it for every experiment of the store
   (``python -m transformer_nmt ui`` prints them).
 
-* **Credentials.** A tracking server that asks for them (MLflow's basic-auth app, README
-  "MLflow on a cluster") gets them from MLflow's own ``MLFLOW_TRACKING_USERNAME`` /
+* **Credentials.** A tracking server that asks for them (MLflow's basic-auth app,
+  docs/cluster.md, "MLflow on a cluster") gets them from MLflow's own ``MLFLOW_TRACKING_USERNAME`` /
   ``MLFLOW_TRACKING_PASSWORD`` or ``~/.mlflow/credentials`` (mode 0600), never from the URI: a
   URI carrying a password is refused (``check_uri``), since the URI is written into
   ``mlflow_run.json`` and logs. Before a tracked stage's work, ``check_access`` asks the server
@@ -65,7 +65,7 @@ PASSWORD_ENV = "MLFLOW_TRACKING_PASSWORD"
 CREDENTIALS_FILE = "~/.mlflow/credentials"
 _HINT = (
     f"set {USERNAME_ENV} and {PASSWORD_ENV} in the environment, or put them into "
-    f"{CREDENTIALS_FILE} (mode 0600) (README, 'MLflow on a cluster')"
+    f"{CREDENTIALS_FILE} (mode 0600) (docs/cluster.md, 'MLflow on a cluster')"
 )
 
 
@@ -146,7 +146,7 @@ def sqlite_on_network_filesystem(
     return (
         f"MLflow store {db} is a SQLite file on a network filesystem ({kind}): jobs on several "
         "nodes writing it can corrupt it; run an MLflow server and set tracking_uri "
-        "(README, 'MLflow on a cluster')"
+        "(docs/cluster.md, 'MLflow on a cluster')"
     )
 
 
