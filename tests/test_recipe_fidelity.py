@@ -96,7 +96,7 @@ PAPER: dict[str, tuple[Any, Any, Any, Any]] = {
     "update_tokens_1xh100":       same(pytest.approx(25_000, rel=0.05)),
     "update_tokens_8xh100":       same(pytest.approx(25_000, rel=0.05)),
     "src_tokens_per_update":      same(pytest.approx(25_000, rel=0.05)),  # source tokens
-    "precision_h100":             same("32-true"),          # §5.2 P100s (fp32, per docs/departures.md)
+    "precision_h100":             same("32-true"),          # §5.2 P100s (fp32; docs/departures.md)
     # --- training (§5.2)
     "max_steps":                  by_size(100_000, 300_000),
     # --- checkpoint averaging (§6.1)
@@ -140,7 +140,10 @@ DEPARTURES: dict[tuple[str, str], Departure] = {
         (recipe, "precision_h100"): Departure(
             "bf16-mixed",
             (
-                ("docs/departures.md", "`train.precision: auto` — bf16-mixed on GPUs that support it"),
+                (
+                    "docs/departures.md",
+                    "`train.precision: auto` — bf16-mixed on GPUs that support it",
+                ),
                 (
                     f"config/experiments/{recipe}.yaml",
                     "precision: auto # bf16-mixed on GPUs with bf16 (the paper: fp32 on P100s)",
@@ -176,7 +179,10 @@ DEPARTURES: dict[tuple[str, str], Departure] = {
             None,
             (
                 ("docs/departures.md", "`train.tokens_per_update` counts *real* target tokens"),
-                ("docs/departures.md", "the real source and target tokens of every update are logged"),
+                (
+                    "docs/departures.md",
+                    "the real source and target tokens of every update are logged",
+                ),
             ),
         ),
     ),

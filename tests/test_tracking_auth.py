@@ -1,10 +1,11 @@
-"""An authenticated tracking server (docs/cluster.md, "MLflow on a cluster"): MLflow's basic-auth app with
-``default_permission = NO_PERMISSIONS`` and its host check on, on 127.0.0.1. Tracked stages reach
-it with credentials from the environment or ``~/.mlflow/credentials`` (mode 0600); a request
-without them, or with wrong ones, is refused (HTTP 401) and changes nothing; a stage without them
-fails before its work with one line naming the variables; the credentials are in no log file,
-param or tag. A tracking URI carrying a password is refused. The server tests are skipped only
-where the auth app's dependency (Flask-WTF: ``pip install 'mlflow[auth]'``) is absent."""
+"""An authenticated tracking server (docs/cluster.md, "MLflow on a cluster"): MLflow's basic-auth
+app with ``default_permission = NO_PERMISSIONS`` and its host check on, on 127.0.0.1. Tracked
+stages reach it with credentials from the environment or ``~/.mlflow/credentials`` (mode 0600);
+a request without them, or with wrong ones, is refused (HTTP 401) and changes nothing; a stage
+without them fails before its work with one line naming the variables; the credentials are in no
+log file, param or tag. A tracking URI carrying a password is refused. The server tests are
+skipped only where the auth app's dependency (Flask-WTF: ``pip install 'mlflow[auth]'``) is
+absent."""
 
 from __future__ import annotations
 
@@ -134,8 +135,8 @@ def _call(
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
-    """``mlflow server --app-name basic-auth`` as docs/cluster.md's "MLflow on a cluster" runs it: the
-    auth config file (mode 0600) with ``default_permission = NO_PERMISSIONS``, the admin's
+    """``mlflow server --app-name basic-auth`` as docs/cluster.md's "MLflow on a cluster" runs
+    it: the auth config file (mode 0600) with ``default_permission = NO_PERMISSIONS``, the admin's
     password and the CSRF key in the server's environment, ``--allowed-hosts`` = the address
     the clients use; users ``nmt`` (who tracks) and ``other``. Stopped after the module's
     tests, and by ``timeout`` in any case."""
