@@ -82,7 +82,7 @@ def test_plan_prints_a_row_per_experiment_of_every_config(
         peak = cells[7]
         assert peak.endswith("estimated") and float(peak.split()[0]) > 0
     if all(exp["train"]["accelerator"] == "cpu" for exp in experiments.values()):
-        assert "benchmarks/RESULTS.md" in out  # CPU recipes: a recorded speed, its source
+        assert "benchmarks/log/" in out  # CPU recipes: a recorded speed, its source
 
 
 @pytest.mark.parametrize(
@@ -387,7 +387,7 @@ def test_loss_estimate_is_the_logits_the_loss_keeps_their_gradient_and_its_buffe
     """The loss keeps only the logits for backward (in their own dtype: no float32
     log-probabilities) and writes their gradient once; the estimate's loss term is those two
     and the float32 chunk buffer. On an H200 the former count (four float32 copies) put base's
-    estimate at 1.95x its measured peak (benchmarks/RESULTS.md, issue 38)."""
+    estimate at 1.95x its measured peak (benchmarks/log/2026-11-26.md)."""
     vocab, tokens = 300, 64
     logits = torch.randn(1, tokens, vocab, dtype=dtype, requires_grad=True)
     target = torch.randint(4, vocab, (1, tokens))

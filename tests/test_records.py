@@ -80,7 +80,7 @@ def test_every_record_source_names_a_section_of_the_log() -> None:
             headings = log_headings(log / file)
             for title in re.findall(r'"([^"]+)"', titles):
                 assert any(
-                    h.startswith(title) and not h[len(title):len(title) + 1].isalnum()
+                    h.startswith(title) and not h[len(title) : len(title) + 1].isalnum()
                     for h in headings
                 ), f"{name}: benchmarks/log/{file} has no section {title!r}"
 

@@ -90,7 +90,7 @@ def estimate_peak_bytes(
     # peak, plus one float32 buffer of GPU_LOSS_ROWS rows that its chunks reuse (the larger of
     # the devices' row counts). Counting four fp32 copies (autograd through log_softmax) put
     # the estimate at 1.95x / 1.59x the peak measured on an H200 for base / big at 24,948
-    # tokens; this count is within 2% / 5% of it (benchmarks/RESULTS.md, issue 38).
+    # tokens; this count is within 2% / 5% of it (benchmarks/log/2026-11-26.md).
     loss = 2 * tokens * vocab_size * act + min(GPU_LOSS_ROWS, tokens) * vocab_size * 4
     return MemoryEstimate(static, activations, loss)
 
