@@ -22,8 +22,8 @@ wall time, the per-module counts and every surviving mutant with its diff and ve
 score is (killed + timeout) / mutants: a mutant whose tests time out (an endless loop) is
 detected, one whose function no selected test calls ("no tests") is not. Survivors that are
 equivalent mutants (no test can tell them from the code) were judged by hand: ``EQUIVALENT``
-below, summarised in benchmarks/RESULTS.md ("Mutation testing of the paper's core"); the
-"non-equiv." score leaves them out. ``--baseline`` tables an earlier run's JSON beside this one.
+below, summarised in benchmarks/log/2026-11-26.md ("Mutation testing of the paper's core");
+the "non-equiv." score leaves them out. ``--baseline`` tables an earlier run's JSON beside this one.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ DESELECT = [
     "tests/test_score.py::test_cli_logs_the_intervals_into_mlflow",
 ]
 
-# Survivors judged equivalent by hand (benchmarks/RESULTS.md): short name (``short_name``) ->
+# Survivors judged equivalent by hand (benchmarks/log/2026-11-26.md): short name (``short_name``) ->
 # reason. They leave the denominator of the "non-equivalent" score; nothing else changes.
 REASONS = {
     "cpu": "device=None or no device: the same tensor here, where everything is on the CPU "

@@ -15,7 +15,7 @@ Usage:
         --out benchmarks/figures/learning_curves_cpu_recipe.png
 
 ``benchmarks/records/curves/`` holds curves of runs whose run directories are gone, written
-from their tables in RESULTS.md (minutes to 0.1, so seconds there are rounded).
+from their tables in benchmarks/log/ (minutes to 0.1, so seconds there are rounded).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ A record holds the measured ``values``, ``derived`` values computed from them (`
 format strings over those values and the record's ``commit`` and ``date`` (Python's
 ``str.format``) that must appear in that file's text, whitespace runs counted as one space.
 With them: what was measured, the command, commit, machine (CPU model and flags), date, runs
-and spread, and where RESULTS.md tells the story.
+and spread, and where benchmarks/log/ tells the story.
 """
 
 from __future__ import annotations

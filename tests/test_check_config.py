@@ -56,7 +56,7 @@ def test_a_removed_key_is_one_line_naming_its_release_and_record(
     assert line.startswith(
         f"error: {bad}: config: experiments.multi30k_en_de_tiny.model_overrides: model config "
         "key 'p_drop_layer' was removed in release 0.2.0 (LayerDrop: measured and not adopted, "
-        'benchmarks/RESULTS.md, section "LayerDrop: built'
+        'benchmarks/log/2026-11-28.md, section "LayerDrop: built'
     )
     assert line.endswith("delete the key")
     # the model and train configs' own checks say the same

@@ -349,7 +349,7 @@ def test_long_sources_are_cut_to_the_exported_positions(ct2, trained, tmp_path) 
 def test_int8_quantised_torch_decoding_mostly_agrees(trained_model) -> None:
     """``translate --quantize int8`` (torch engine, CPU): the trained toy model's beam-search
     translations stay mostly the same, and so does the corpus BLEU (the flag's BLEU change
-    on a real model is in benchmarks/RESULTS.md)."""
+    on a real model is in benchmarks/log/2026-11-25.md)."""
     import sacrebleu
 
     # 300 sentences: on 60 the corpus BLEU of this toy model moved by ±2.3 between int8 and

@@ -109,6 +109,42 @@ def test_a_row_names_the_machine_class_from_the_record() -> None:
     assert machine_class({"gpu": "NVIDIA H200 (one, lent VM)", "cpu_flags": "n/a"}) == "NVIDIA H200"
 
 
+SOURCE_REF = re.compile(r'benchmarks/log/([\w-]+\.md)((?:, "[^"]+")+)')
+
+
+def log_headings(path: Path) -> list[str]:
+    """The Markdown headings of a log file, code blocks left out."""
+    headings, fence = [], False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fence = not fence
+        elif not fence and line.startswith("#"):
+            headings.append(line.lstrip("#").strip())
+    return headings
+
+
+def test_every_record_source_names_a_section_of_the_log() -> None:
+    """A record's ``source`` names the log's day file and one or more of its sections:
+    ``benchmarks/log/<day>.md, "<title>", "<title>"`` (free text may follow; a second day file
+    after a semicolon). A title is a heading of that file or its opening words. Only what
+    ``make bench`` writes may name no section."""
+    log = REPO / "benchmarks" / "log"
+    for name, record in load_records().items():
+        refs = SOURCE_REF.findall(record["source"])
+        if not refs:
+            assert record["source"].startswith("make bench (benchmarks/bench_quick.py)"), (
+                f"{name}: its source names no section of benchmarks/log/: {record['source']!r}"
+            )
+        for file, titles in refs:
+            assert (log / file).is_file(), f"{name}: no benchmarks/log/{file}"
+            headings = log_headings(log / file)
+            for title in re.findall(r'"([^"]+)"', titles):
+                assert any(
+                    h.startswith(title) and not h[len(title) : len(title) + 1].isalnum()
+                    for h in headings
+                ), f"{name}: benchmarks/log/{file} has no section {title!r}"
+
+
 def test_make_bench_rewrites_a_record_keeping_its_claims_and_lists_stale_ones(
     tmp_path, monkeypatch, capsys
 ) -> None:

@@ -9,7 +9,7 @@ heap is never trimmed, and it grows 256 MiB at a time (M_TOP_PAD): freed tensors
 reused in place. The demo's training (fp32, 200 steps) took 41.3 s against 46.1 s, `tiny` in
 bf16 76 s against 80 s, for 2.5 % more peak RSS; beam-4 decoding of test_2016 with the demo's
 model ran 1.035x (1 thread) and 1.10x (2 threads) in float, 1.005x and 1.04x in int8
-(benchmarks/RESULTS.md, 2026-11-25 night). Only the three together pay: the top pad alone was
+(benchmarks/log/2026-11-25.md, night). Only the three together pay: the top pad alone was
 slower, the thresholds alone changed nothing. A user's own MALLOC_* settings or a preloaded
 allocator (jemalloc, tcmalloc) are left alone. A CPU fast path (``fast_paths``: ``allocator``).
 
@@ -20,8 +20,8 @@ training run also hands the heap's free pages back to the kernel every ``RELEASE
 updates (``release_freed_memory``, glibc's ``malloc_trim``), which leaves the blocks in use in
 place; the next step refaults only what it touches. The demo's whole training (2,400 updates,
 bf16, MLflow on) peaked at 1,427 MB releasing every 200 updates and 1,417 MB every 50, against
-1,513 MB without (benchmarks/RESULTS.md, "The demo's stranded heap"); no slower in those runs,
-while 450-update runs releasing every 50 trained 0.95x as fast (3 interleaved pairs), so the
+1,513 MB without (benchmarks/log/2026-11-28.md, "The demo's stranded heap"); no slower in those
+runs, while 450-update runs releasing every 50 trained 0.95x as fast (3 interleaved pairs), so the
 interval is the longer one.
 """
 

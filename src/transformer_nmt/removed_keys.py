@@ -15,7 +15,6 @@ from typing import Any
 
 RELEASE = "0.2.0"
 LAST_COMMIT = "8bd38e2"
-_RESULTS = "benchmarks/RESULTS.md, section"
 
 
 @dataclass(frozen=True)
@@ -26,8 +25,12 @@ class RemovedKey:
     record: str  # the measurement that did not adopt it
 
 
+def _log(day: str, title: str) -> str:
+    return f'benchmarks/log/{day}.md, section "{title}"'
+
+
 _WORD_DROPOUT = RemovedKey(
-    "model", 0.0, "word dropout", f'{_RESULTS} "Word dropout on the recipe, seeds 2 and 3"'
+    "model", 0.0, "word dropout", _log("2026-11-28", "Word dropout on the recipe, seeds 2 and 3")
 )
 REMOVED_KEYS: dict[str, RemovedKey] = {
     "softmax_vocab": RemovedKey(
@@ -37,11 +40,13 @@ REMOVED_KEYS: dict[str, RemovedKey] = {
         "benchmarks/records/softmax_vocab_demo_epyc.json",
     ),
     "p_drop_layer": RemovedKey(
-        "model", 0.0, "LayerDrop", f'{_RESULTS} "LayerDrop: built, and at 0.2 on the recipe"'
+        "model", 0.0, "LayerDrop", _log("2026-11-28", "LayerDrop: built, and at 0.2 on the recipe")
     ),
     "p_drop_word_src": _WORD_DROPOUT,
     "p_drop_word_tgt": _WORD_DROPOUT,
-    "rdrop_alpha": RemovedKey("train", 0.0, "R-Drop", f'{_RESULTS} "R-Drop on the recipe, seed 1"'),
+    "rdrop_alpha": RemovedKey(
+        "train", 0.0, "R-Drop", _log("2026-11-29", "R-Drop on the recipe, seed 1")
+    ),
     "low_precision_residual": RemovedKey(
         "train",
         False,

@@ -98,7 +98,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         choices=("int8",),
         default=None,
         help="CPU only, not the paper: int8 dynamic quantisation of the linear layers (faster "
-        "CPU decoding, slightly different translations; benchmarks/RESULTS.md measures BLEU)",
+        "CPU decoding, slightly different translations; BLEU in benchmarks/log/2026-11-25.md)",
     )
     add_tracking_arguments(parser)
     add_fast_path_arguments(parser)

@@ -17,7 +17,8 @@ in 0.37-0.45x the time on the demo's dev set (fp32 or int8), with the translatio
 per α to the last digit where a row's result does not depend on the other rows of its batch, as
 in fp32. int8 dynamic quantisation scales each batch's activations by the batch's range, and a
 sentence leaves the batch when its search ends, so there α's scores move by rounding: on the
-demo model two of six α moved by +0.02 dev BLEU, the chosen α the same (benchmarks/RESULTS.md).
+demo model two of six α moved by +0.02 dev BLEU, the chosen α the same
+(benchmarks/log/2026-11-30.md).
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ def _explicit_product(q: torch.Tensor) -> bool:
     of its plain math kernel for a forward and backward at the lengths of sentences, and the
     explicit product with its softmax in float32 took half the math kernel's (tiny's shape
     [146, 4, 28, 64] with a padding mask: flash -, math 9.8, explicit 4.8 ms; causal: 26.3,
-    10.7, 5.3 ms; 2-core Xeon with AMX, benchmarks/RESULTS.md). In fp32, and on GPUs, SDPA's
-    own kernel choice is the faster one. The same numbers either way, up to rounding. A CPU
+    10.7, 5.3 ms; 2-core Xeon with AMX, benchmarks/log/2026-11-25.md). In fp32, and on GPUs,
+    SDPA's own kernel choice is the faster one. The same numbers either way, up to rounding. A CPU
     fast path (``fast_paths``: ``explicit_attention``)."""
     return (
         q.device.type == "cpu"

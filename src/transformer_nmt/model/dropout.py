@@ -2,7 +2,7 @@
 
 On a CPU, ``torch.nn.functional.dropout`` draws its mask with ``bernoulli_``, one float per
 element, about 5 ns each on a 2-core Xeon: 14 % of a ``base`` bf16 training step
-(benchmarks/RESULTS.md). Here each 64-bit draw of ``random_`` over the whole int64 range (64
+(benchmarks/log/2026-11-25.md). Here each 64-bit draw of ``random_`` over the whole int64 range (64
 uniform bits, ~3 ns) is read as four 16-bit integers, and an element is kept when its integer is
 at or above ``p * 2^16`` (counted from the lowest int16): the same Bernoulli mask at a quarter
 of the draws, with p rounded to a multiple of 2^-16 (0.1 -> 0.1000061). Kept elements are

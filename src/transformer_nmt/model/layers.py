@@ -84,7 +84,8 @@ class LayerCache:
     beam search reorders the rows every step: the first t positions of a time-major buffer are
     one contiguous block, so the reorder gathers exactly t positions into a second buffer of the
     same size (no allocation, no copy of the unused capacity: 0.7 against 4.3 ms for gathering
-    the batch-major buffer into a new tensor at a decoding shape on a CPU, benchmarks/RESULTS.md).
+    the batch-major buffer into a new tensor at a decoding shape on a CPU,
+    benchmarks/log/2026-11-25.md).
     """
 
     MIN_CAPACITY = 16  # positions; doubled as needed

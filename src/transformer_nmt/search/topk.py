@@ -30,7 +30,7 @@ def row_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
     On a CPU, a max over blocks of ``ROW_TOPK_BLOCK`` columns and a top-k over the k best blocks
     replace topk's selection over all V entries of every row (1.9x faster at V = 8,000,
-    2.7x at 37,000; one thread, benchmarks/RESULTS.md): a row's k largest entries lie in the
+    2.7x at 37,000; one thread, benchmarks/log/2026-11-25.md): a row's k largest entries lie in the
     blocks whose maxima are the row's k largest block maxima, since every entry elsewhere is at
     most its own block's maximum, which is at most the k-th of them.
     """

@@ -63,7 +63,7 @@ class TrainConfig:
     compile: bool = False
     # Flag (speed only, same numbers up to rounding): the loss's passes over the [tokens x V]
     # logits as torch.compile'd kernels. "auto" = on a CUDA device with Triton (one H100,
-    # bf16: big +26%, base +54% target tokens/s; benchmarks/RESULTS.md), off on a CPU, whose
+    # bf16: big +26%, base +54% target tokens/s; benchmarks/log/2026-11-27.md), off on a CPU, whose
     # eager loss in cache-sized chunks is the measured fast path; true / false force it.
     fused_loss: bool | str = "auto"
     seed: int = 1

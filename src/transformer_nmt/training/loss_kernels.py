@@ -131,7 +131,7 @@ PROJECTED_LOSS_ELEMENTS = 8_000_000
 # chunks are multiples of it: oneDNN keeps each bf16 product shape it has seen, a few MB each,
 # and a step's real-token count is new nearly every step (the recipe's train stage, 120 bf16
 # updates: peak RSS 2,987 MB with exact shapes against 1,524 on the logits path; at most
-# 1,000 / 64 shapes a pass this way; benchmarks/RESULTS.md).
+# 1,000 / 64 shapes a pass this way; benchmarks/log/2026-11-29.md).
 BF16_PROJECTED_ROWS = 64
 
 
@@ -266,7 +266,7 @@ def _chunk_buffer(logits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """One [rows, V] buffer that every chunk of a loss pass reuses: on a CPU a new tensor of
     that size per chunk and per operation is memory the kernel first faults in page by page
     (the base model's loss, V = 37,000: 1.0 s per step with a 36 MB temporary per chunk and
-    operation, 0.3 s with this buffer; benchmarks/RESULTS.md)."""
+    operation, 0.3 s with this buffer; benchmarks/log/2026-11-25.md)."""
     rows = min(_loss_rows(logits.device), logits.shape[0])
     return logits.new_empty(rows, logits.shape[-1], dtype=dtype)
 

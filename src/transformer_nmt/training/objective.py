@@ -56,7 +56,8 @@ def label_smoothed_cross_entropy(
 
     ``fused`` (``train.fused_loss``; speed only): each pass over the logits runs as one
     torch.compile'd kernel instead of eager passes over float32 chunks, which on a GPU read
-    and write [B*T, V] float32 about a dozen times per step (benchmarks/RESULTS.md).
+    and write [B*T, V] float32 about a dozen times per step
+    (benchmarks/log/2026-11-27.md).
     """
     logits = logits.reshape(-1, logits.shape[-1])  # [B*T, V]
     target = target.reshape(-1)  # [B*T]

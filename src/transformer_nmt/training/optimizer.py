@@ -51,7 +51,7 @@ def build_optimizer(
 
 # Devices whose parameters get torch's fused Adam kernel (one kernel over all parameters). On
 # CPU it is ~4x faster than the default foreach path for the tiny model's 7.6M parameters
-# (benchmarks/RESULTS.md), the same update to rounding (tests/test_optimizer.py).
+# (benchmarks/log/2026-11-22.md), the same update to rounding (tests/test_optimizer.py).
 FUSED_ADAM_DEVICES = ("cuda", "cpu")
 
 

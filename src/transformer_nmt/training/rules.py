@@ -57,7 +57,7 @@ def cpu_bf16_support() -> str:
 
 
 # ``precision: auto`` on a CPU, by ``cpu_bf16_support``: chosen by measurement of the demo's
-# training (benchmarks/RESULTS.md), with the reason the train log and MLflow give. bf16-mixed
+# training (benchmarks/log/), with the reason the train log and MLflow give. bf16-mixed
 # goes in where a measurement shows it paying in speed without the memory growth oneDNN's
 # per-shape kernels bring.
 CPU_AUTO_PRECISION: dict[str, tuple[str, str]] = {
@@ -74,12 +74,12 @@ CPU_AUTO_PRECISION: dict[str, tuple[str, str]] = {
         "tokens/s, widths rounded to 8) and, given the same minutes (2,400 steps against "
         "1,600), scored +0.8 dev BLEU (one seed); fp32 where the config sizes no "
         "bf16-mixed run (train.by_precision) (2-core EPYC, 2026-11-26, "
-        "benchmarks/RESULTS.md)",
+        "benchmarks/log/2026-11-26.md)",
     ),
     "none": (
         "32-true",
         "no bf16 instructions: bf16-mixed is emulated, a training step 3.3x slower with "
-        "AVX512 (Xeon, 2026-11-30) and ~20x with AVX2 alone (2026-11-22; benchmarks/RESULTS.md)",
+        "AVX512 (Xeon, 2026-11-30) and ~20x with AVX2 alone (2026-11-22; benchmarks/log/)",
     ),
 }
 
@@ -125,7 +125,8 @@ def pad_multiple_choice(cfg: TrainConfig) -> tuple[int, str]:
     """The multiple batch widths are rounded up to, and why. "auto": 8 when the run trains in
     16 bits (``resolve_precision``), where each new batch shape builds kernels (on a CPU with
     AMX, bf16-mixed at widths as they come doubled the demo's peak memory to 2.0 GiB); 1 in
-    fp32, where rounding only adds padding (0.84x the demo's speed; benchmarks/RESULTS.md)."""
+    fp32, where rounding only adds padding (0.84x the demo's speed;
+    benchmarks/log/2026-11-25.md)."""
     if cfg.pad_multiple != "auto":
         return int(cfg.pad_multiple), "set in the config"
     precision = resolve_precision(cfg)
