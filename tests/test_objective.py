@@ -503,3 +503,41 @@ def _tiny_transformer(p_drop: float, tie_embeddings: bool = True):
     batch["tgt_out"] = torch.randint(1, 29, (3, 6), generator=g)
     batch["tgt_out"][0, 4:] = 0
     return model, batch
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_kernels_run_eagerly_give_the_chunked_loss_and_gradient(monkeypatch, dtype):
+    """The fused loss's two kernels (``_row_statistics``, ``_row_gradient``) as plain torch, with
+    torch.compile replaced by the function itself: the same loss, NLL and gradient as the
+    chunked eager passes, padded rows included and more rows than one chunk. This checks the
+    kernels' arithmetic wherever inductor cannot build them (no compiler, or instrumented
+    code); the compiled kernels are checked by ``test_fused_loss_equals_the_eager_one``."""
+    from transformer_nmt.training import loss_kernels
+
+    compiled = []
+
+    def as_compiled(function):  # noqa: ANN001, ANN202
+        compiled.append(function.__name__)
+        return function
+
+    monkeypatch.setattr(loss_kernels, "_compiled", as_compiled)
+    monkeypatch.setattr(loss_kernels, "_COMPILE_FAILED", [])
+    monkeypatch.setattr(loss_kernels, "CPU_LOSS_ROWS", 5)  # 3 chunks of the 13 rows
+    g = torch.Generator().manual_seed(8)
+    logits = (3 * torch.randn(1, 13, 37, generator=g)).to(dtype)
+    target = torch.randint(1, 37, (1, 13), generator=g)
+    target[0, 10:] = 0  # padding
+    results = []
+    for fused in (False, True):
+        x = logits.detach().clone().requires_grad_()
+        out = label_smoothed_cross_entropy(x, target, eps=0.2, pad_id=0, fused=fused)
+        (0.5 * out.loss).backward()
+        results.append((out.loss.detach(), out.nll, x.grad))
+    (loss, nll, grad), (fused_loss, fused_nll, fused_grad) = results
+    assert compiled == ["_row_statistics", "_row_gradient"]
+    assert not loss_kernels._COMPILE_FAILED
+    torch.testing.assert_close(fused_loss, loss)
+    torch.testing.assert_close(fused_nll, nll)
+    assert fused_grad.dtype == dtype
+    torch.testing.assert_close(fused_grad, grad)
+    assert fused_grad[0, 10:].abs().sum() == 0
