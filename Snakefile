@@ -112,3 +112,16 @@ rule all:
         pipeline.all_scores(),
         pipeline.all_attention_maps(),
         pipeline.all_registered_models(),
+
+
+# What the run made, printed after Snakemake's "N of N steps done": each experiment's BLEU per
+# test set, the report, the MLflow UI (evaluation/report.py). Snakemake calls no handler on a dry
+# run or when nothing is to be done; files a run stopped early (--until) has not made are left out.
+onsuccess:
+    from snakemake.logging import logger
+    from transformer_nmt.evaluation.report import run_summary
+    from transformer_nmt.tracking.store import tracking_uri
+
+    summary = run_summary(pipeline.all_scores(), rules.report.output.report, tracking_uri())
+    if summary:
+        logger.info(summary)

@@ -79,3 +79,45 @@ def test_every_removed_key_names_a_record_that_exists() -> None:
         if section:
             text = (REPO / path).read_text(encoding="utf-8")
             assert f"### {section.strip(chr(34))}" in text, key
+
+
+def test_a_pair_left_out_is_the_datasets_one_pair_and_a_choice_where_it_has_several(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``experiments.<name>.pair`` and the pair level of ``data.<dataset>`` may be left out
+    where the dataset has one pair; on Multi30k (en-de, en-fr) each is one line naming the key
+    and how to name the pair."""
+    from transformer_nmt.experiments import validated_pipeline
+
+    demo = yaml.safe_load((REPO / "config" / "config.yaml").read_text(encoding="utf-8"))
+    name = "multi30k_en_de_tiny"
+    one_pair = {**demo, "data": {"wmt14_en_de": demo["data"]["multi30k"]["en-de"]}}
+    one_pair["experiments"] = {
+        name: {**demo["experiments"][name], "dataset": "wmt14_en_de", "test_sets": ["newstest2014"]}
+    }
+    del one_pair["experiments"][name]["pair"]
+    pipeline = validated_pipeline(one_pair, "one.yaml")
+    assert pipeline.experiment(name)["pair"] == "en-de" and pipeline.langs(name) == ("en", "de")
+    assert pipeline.data_settings("wmt14_en_de", "en-de")["vocab_size"] == 8000
+    assert pipeline.data_pairs() == [("wmt14_en_de", "en-de")]
+
+    no_pair = yaml.safe_load(yaml.safe_dump(demo))
+    del no_pair["experiments"][name]["pair"]
+    with pytest.raises(ConfigError) as err:
+        validated_pipeline(no_pair, "two.yaml")
+    assert str(err.value) == (
+        f"two.yaml: config: experiments.{name}: dataset 'multi30k' has the pairs en-de, en-fr: "
+        f"name one (experiments.{name}.pair: en-de)"
+    )
+    flat = {**demo, "data": {"multi30k": demo["data"]["multi30k"]["en-de"]}}
+    with pytest.raises(ConfigError) as err:
+        validated_pipeline(flat, "flat.yaml")
+    assert str(err.value) == (
+        "flat.yaml: config: data.multi30k: dataset 'multi30k' has the pairs en-de, en-fr: "
+        "name one (data.multi30k.en-de: {vocab_size: ...})"
+    )
+    typo = {**demo, "data": {"wmt14_en_de": {**one_pair["data"]["wmt14_en_de"], "vocab": 1}}}
+    with pytest.raises(
+        ConfigError, match=r"^typo.yaml: config: data.wmt14_en_de: unknown key 'vocab'"
+    ):
+        validated_pipeline(typo, "typo.yaml")

@@ -438,43 +438,88 @@ def test_the_whole_dag_on_file_pairs_in_a_non_latin_script(
 EXAMPLE = REPO_ROOT / "config" / "experiments" / "own_data_example.yaml"
 
 
-def _starter(tmp_path: Path, shared_mirror: Path, n: int = 2500) -> Path:
-    """The starter config in a working directory holding the file it names (Multi30k pairs)."""
+def _starter(tmp_path: Path, shared_mirror: Path, n: int = 2500, tgt: str = "de") -> Path:
+    """The starter config in a working directory holding the file it names (Multi30k pairs,
+    English and ``tgt``)."""
     (tmp_path / "data").mkdir()
     pairs = zip(_multi30k(shared_mirror, "train", "en", n),
-                _multi30k(shared_mirror, "train", "de", n), strict=True)  # fmt: skip
+                _multi30k(shared_mirror, "train", tgt, n), strict=True)  # fmt: skip
     _write_tsv(tmp_path / "data" / "my_corpus.tsv", list(pairs))
     config = tmp_path / "own_data_example.yaml"
     config.write_text(EXAMPLE.read_text(encoding="utf-8"), encoding="utf-8")
     return config
 
 
-def test_the_starter_config_checks_plans_and_dry_runs_as_the_readme_says(
+def test_the_starter_config_names_its_pair_once_and_checks_plans_and_dry_runs(
     tmp_path: Path, shared_mirror: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    block = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))["datasets"]["my_corpus"]
-    lines = [ln for ln in EXAMPLE.read_text().split("datasets:\n", 1)[1].split("\n\n")[0]
+    """The pair is written once, in the dataset's block: changed there (English-French), it is
+    the pair every stage of the dry run reads, writes and scores."""
+    text = EXAMPLE.read_text(encoding="utf-8")
+    block = yaml.safe_load(text)["datasets"]["my_corpus"]
+    lines = [ln for ln in text.split("datasets:\n", 1)[1].split("\n\n")[0]
              .splitlines() if not ln.strip().startswith("#")]  # fmt: skip
     assert len(lines) <= 10 and set(block) == {"pair", "train", "valid", "test"}
-    config = _starter(tmp_path, shared_mirror)
+    assert text.count("en-de") == 1 and "pair: en-de" in text
+    config = _starter(tmp_path, shared_mirror, tgt="fr")
+    config.write_text(text.replace("pair: en-de", "pair: en-fr"), encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     assert main(["check-config", str(config)]) == 0
     out = capsys.readouterr().out
     assert (
-        "my_corpus en-de: pairs read: train 2500; carved from train: valid 1000, test 1000" in out
+        "my_corpus en-fr: pairs read: train 2500; carved from train: valid 1000, test 1000" in out
     )
     assert main(["plan", "--configfile", str(config), "--estimate-only"]) == 0
     assert "my_corpus_tiny" in capsys.readouterr().out
     snakemake = snakemake_command()
     result = subprocess.run(
-        [*snakemake, "-n", "--cores", "2", "--snakefile", str(REPO_ROOT / "Snakefile"),
+        [*snakemake, "-n", "-p", "--cores", "2", "--snakefile", str(REPO_ROOT / "Snakefile"),
          "--configfile", str(config)],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    for rule in ("download_my_corpus", "prepare_my_corpus_en_de", "spm_train", "train", "score"):
+    for rule in ("download_my_corpus", "prepare_my_corpus_en_fr", "spm_train", "train", "score"):
         assert re.search(rf"^{rule}\s+\d+$", result.stdout, re.M), result.stdout[-3000:]
+    commands = result.stdout
+    assert "en-de" not in commands and "--tgt de" not in commands
+    for stage_reads_the_pair in (
+        "results/data/my_corpus/en-fr/test.en", "results/spm/my_corpus/en-fr/spm.model",
+        "results/bin/my_corpus/en-fr", "--src en --tgt fr", "--tgt-lang fr",
+    ):  # fmt: skip
+        assert stage_reads_the_pair in commands, stage_reads_the_pair
+
+
+@pytest.mark.parametrize(("amx", "avx512_bf16"), [(True, True), (False, True), (False, False)])
+def test_the_starter_is_sized_as_the_demo_on_a_cpu_with_and_without_bf16(
+    tmp_path: Path, shared_mirror: Path, monkeypatch: pytest.MonkeyPatch,
+    amx: bool, avx512_bf16: bool,
+) -> None:  # fmt: skip
+    """On a CPU with bf16 instructions the starter trains in bf16-mixed for the demo's bf16
+    steps, elsewhere in fp32 for its fp32 steps: the demo's schedule, sized as the demo's."""
+    import torch
+
+    from transformer_nmt.experiments import load_pipeline
+    from transformer_nmt.training.config import TrainConfig
+    from transformer_nmt.training.resolution import resolve
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # accelerator: auto
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    config = _starter(tmp_path, shared_mirror, n=300)
+    monkeypatch.chdir(tmp_path)
+    sized = {}
+    for path, name in ((REPO_ROOT / "config" / "config.yaml", "multi30k_en_de_tiny"),
+                       (config, "my_corpus_tiny")):  # fmt: skip
+        train = TrainConfig.from_dict(load_pipeline(path).train_config(name)["train"])
+        resolved = resolve(train)
+        run = train.for_precision(resolved.precision).to_dict()
+        run.pop("accelerator")  # the starter's is auto: a GPU where there is one
+        sized[name] = (resolved.accelerator, resolved.precision, resolved.pad_multiple, run)
+    demo, starter = sized["multi30k_en_de_tiny"], sized["my_corpus_tiny"]
+    assert starter == demo
+    expected = ("bf16-mixed", 8, 1800) if avx512_bf16 else ("32-true", 1, 1600)
+    assert (starter[1], starter[2], starter[3]["max_steps"]) == expected
 
 
 def test_every_study_key_works_on_a_local_dataset(tmp_path: Path, shared_mirror: Path) -> None:

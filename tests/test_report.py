@@ -9,7 +9,7 @@ import pytest
 
 from transformer_nmt.cli import main
 from transformer_nmt.errors import DataError
-from transformer_nmt.evaluation.report import PAPER_TABLE2, build_report
+from transformer_nmt.evaluation.report import PAPER_TABLE2, build_report, run_summary
 
 EXPERIMENTS = {
     "wmt_big": {"dataset": "wmt14_en_de", "pair": "en-de", "preset": "big"},
@@ -258,3 +258,35 @@ def test_the_length_penalty_chosen_on_dev_is_in_the_report_only_for_alpha_auto(
     # a fixed α (the file is left from an earlier alpha: auto run): no such section
     fixed = {name: {**info, "alpha": 0.6} for name, info in EXPERIMENTS.items()}
     assert "Length penalty chosen" not in build_report([path], fixed)
+
+
+def test_the_run_summary_names_each_score_with_its_interval_the_report_and_the_ui(
+    tmp_path: Path,
+) -> None:
+    runs = tmp_path / "results" / "runs"
+    with_ci = _scores(runs / "multi30k_en_de_tiny", "test_2016_flickr", 35.5)
+    data = json.loads(with_ci.read_text())
+    data["bleu"]["ci95"] = {"low": 34.12, "high": 36.875, "mean": 35.4, "resamples": 1000}
+    with_ci.write_text(json.dumps(data))
+    bare = _scores(runs / "m30k", "test_2017_flickr", 27.0)  # no interval (resamples 0)
+    missing = runs / "m30k" / "test_2016_flickr.scores.json"
+    report = tmp_path / "results" / "report.md"
+    report.write_text("# Results\n")
+    store = tmp_path / "mlflow.db"
+    store.write_bytes(b"")
+    text = run_summary([with_ci, bare, missing], report, f"sqlite:///{store}")
+    assert text.splitlines() == [
+        "sacreBLEU [95% bootstrap interval]:",
+        "  multi30k_en_de_tiny  test_2016_flickr  35.50 [34.12, 36.88]",
+        "  m30k                 test_2017_flickr  27.00",
+        f"report: {report}",
+        f"MLflow UI: MLFLOW_TRACKING_URI=sqlite:///{store} python -m transformer_nmt ui",
+    ]
+    # a tracking server: its address; a run stopped before scoring: only what exists
+    assert run_summary([missing], tmp_path / "none.md", "http://login:5000") == (
+        "MLflow UI: open http://login:5000"
+    )
+    assert run_summary([missing], tmp_path / "none.md", f"sqlite:///{tmp_path}/no.db") == ""
+    # a scores file that cannot be read is a line naming it, not an error ending the run
+    bare.write_text("{")
+    assert f"  {bare}: not valid JSON" in run_summary([bare], report, "http://h:1")

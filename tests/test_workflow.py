@@ -217,6 +217,29 @@ def test_mlflow_holds_one_run_per_experiment(pipeline: dict[str, Any]) -> None:
         assert "data.train.en.tokens_sha256" in run.data.tags
 
 
+def test_the_run_ends_with_what_it_made(pipeline: dict[str, Any]) -> None:
+    """After "N of N steps done": each experiment's BLEU per test set with its interval (the
+    scores files'), the report's path and the command that opens the MLflow UI on the store."""
+    wd: Path = pipeline["workdir"]
+    log = pipeline["log"]
+    assert "steps (100%) done" in log
+    summary = log[log.index("steps (100%) done") :]
+    lines = summary.splitlines()
+    start = lines.index("sacreBLEU [95% bootstrap interval]:")
+    rows = []
+    for name, exp in sorted(pipeline["config"]["experiments"].items()):
+        for test_set in exp["test_sets"]:
+            bleu = json.loads((wd / f"results/runs/{name}/{test_set}.scores.json").read_text())
+            low, high = bleu["bleu"]["ci95"]["low"], bleu["bleu"]["ci95"]["high"]
+            score = f"{bleu['bleu']['score']:.2f} [{low:.2f}, {high:.2f}]"
+            rows.append([name, test_set, score])
+    assert [ln.split(maxsplit=2) for ln in lines[start + 1 : start + 1 + len(rows)]] == rows
+    assert lines[start + 1 + len(rows)] == f"report: {wd.resolve() / 'results' / 'report.md'}"
+    assert lines[start + 2 + len(rows)] == (
+        f"MLflow UI: MLFLOW_TRACKING_URI=sqlite:///{wd / 'mlflow.db'} python -m transformer_nmt ui"
+    )
+
+
 def test_second_run_has_nothing_to_do(pipeline: dict[str, Any]) -> None:
     result = _snakemake(pipeline["workdir"], pipeline["config"], "-n")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -229,7 +252,9 @@ def test_changing_a_training_value_reruns_training_and_downstream_only(
 ) -> None:
     config = copy.deepcopy(pipeline["config"])
     config["experiments"]["smoke_b"]["train"]["warmup"] = 12
-    jobs = _planned_jobs(_snakemake(pipeline["workdir"], config, "-n"))
+    result = _snakemake(pipeline["workdir"], config, "-n")
+    jobs = _planned_jobs(result)
+    assert "sacreBLEU [95% bootstrap interval]" not in result.stdout + result.stderr  # a dry run
     # smoke_b: its settings file, train, average, its length penalty (alpha: auto), its
     # registered MLflow model, translate + score of its one test set; the shared report.
     assert jobs == {
@@ -347,6 +372,7 @@ def test_a_tracking_server_named_in_the_config_receives_every_stage(
     targets.append(f"results/runs/{name}/mlflow_model.json")
     result = _snakemake(wd, config, "--forcerun", "train", "--", *targets)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    assert f"MLflow UI: open {mlflow_server}" in result.stdout + result.stderr
 
     client = MlflowClient(tracking_uri=mlflow_server)
     experiment = client.get_experiment_by_name("multi30k_en-de")

@@ -1,6 +1,6 @@
 """A user's own corpus: the config's ``datasets:`` block, as registry entries, and its checks.
 
-A dataset there is declared by local paths instead of URLs (README, "Train on your own data")::
+A dataset there is declared by local paths instead of URLs (docs/own-data.md)::
 
     datasets:
       my_corpus:

@@ -9,6 +9,8 @@ written by ``prepare``), found from the scores file's place in ``results/runs/``
 Each BLEU and chrF is shown with its 95% bootstrap interval ``[low, high]`` when the scores file
 has one (``ci95``, computed by ``score`` with sacreBLEU's bootstrap); older files show the bare
 number. ``render_table_csv`` writes the same table as CSV (the Snakemake report's landing page).
+``run_summary``: the BLEU of each scores file, the report's path and how to open the MLflow UI,
+in a few lines that end a successful run's terminal output (the Snakefile's ``onsuccess``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -349,6 +352,47 @@ def read_report(
         for p, r in zip(paths, rows, strict=True)
     }
     return ReportData(rows, selections, overlaps, alphas)
+
+
+def run_summary(
+    score_paths: Iterable[str | Path], report_path: str | Path, tracking_uri: str
+) -> str:
+    """What a finished run made, for the end of its terminal output: per experiment and test set
+    the sacreBLEU with its 95% bootstrap interval (``score_paths``), where the report is, and how
+    to open the MLflow UI on ``tracking_uri``. Only what exists is named (a run stopped early,
+    ``--until``, has no scores or report yet); "" when none of it does. A scores file that cannot
+    be read is one line naming it, not an error: the run it ends has succeeded."""
+    results, problems = [], []
+    for path in map(Path, score_paths):
+        if not path.is_file():
+            continue
+        try:
+            row = load_row(path, {})
+        except DataError as err:
+            problems.append(f"  {err}")
+            continue
+        results.append((row.experiment, row.test_set, _score_cell(row, "bleu")))
+    lines = ["sacreBLEU [95% bootstrap interval]:"] if results or problems else []
+    width = [max((len(r[i]) for r in results), default=0) for i in (0, 1)]
+    lines += [f"  {e:<{width[0]}}  {t:<{width[1]}}  {bleu}" for e, t, bleu in results]
+    lines += problems
+    if Path(report_path).is_file():
+        lines.append(f"report: {Path(report_path).resolve()}")
+    ui = mlflow_ui_hint(tracking_uri)
+    return "\n".join(lines + ([ui] if ui else []))
+
+
+def mlflow_ui_hint(tracking_uri: str) -> str:
+    """How to see the runs of ``tracking_uri``: a server's address to open, or the command that
+    starts the MLflow UI on a store of files (``python -m transformer_nmt ui``, which also prints
+    each experiment's link); "" for a SQLite store not created yet."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"MLflow UI: open {tracking_uri}"
+    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[10:]).is_file():
+        return ""
+    return (
+        f"MLflow UI: MLFLOW_TRACKING_URI={shlex.quote(tracking_uri)} python -m transformer_nmt ui"
+    )
 
 
 def render_figures(figures: ReportFigures, report_dir: str | Path) -> str:

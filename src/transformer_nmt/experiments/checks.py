@@ -80,12 +80,19 @@ def registry_dataset(
     registry: dict[str, Dataset], registry_path: str, dataset: str, pair: str, key: str
 ) -> Dataset:
     """The registry's entry of ``dataset``, which must have ``pair``; errors name ``key``."""
-    if dataset not in registry:
-        known = ", ".join(sorted(registry))
-        raise ConfigError(f"{key}: unknown dataset '{dataset}' (registry {registry_path}: {known})")
-    entry = registry[dataset]
+    entry = known_dataset(registry, registry_path, dataset, key)
     if pair not in entry.pairs:
         raise ConfigError(
             f"{key}: dataset '{dataset}' has no pair '{pair}' (has: {', '.join(entry.pairs)})"
         )
     return entry
+
+
+def known_dataset(
+    registry: dict[str, Dataset], registry_path: str, dataset: str, key: str
+) -> Dataset:
+    """The registry's entry of ``dataset``; an unknown one is an error naming ``key``."""
+    if dataset not in registry:
+        known = ", ".join(sorted(registry))
+        raise ConfigError(f"{key}: unknown dataset '{dataset}' (registry {registry_path}: {known})")
+    return registry[dataset]

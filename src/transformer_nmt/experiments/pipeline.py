@@ -3,7 +3,8 @@
 Only lookups live here (no computation): the rules stay thin shell calls into the package CLI.
 The registry is read once, through ``transformer_nmt.data.registry`` (the same parser and
 validation as the stages use), with the config's own datasets (``datasets:``,
-``transformer_nmt.data.local``) merged in. The studies (Table 3 rows, seeds, significance) are
+``transformer_nmt.data.local``) merged in, and a pair the config leaves out filled in
+(``experiments.pairs``). The studies (Table 3 rows, seeds, significance) are
 ``experiments.studies``'s; the path templates ``experiments.paths``'s; the cross-checks that a
 JSON schema cannot express ``experiments.checks``'s (a ``ConfigError`` naming the key).
 """
@@ -21,6 +22,7 @@ from transformer_nmt.data.local import CONFIG_KEY as LOCAL_DATASETS_KEY
 from transformer_nmt.data.local import merged_registry
 from transformer_nmt.data.registry import DEFAULT_REGISTRY, Dataset, parse_registry, read_registry
 from transformer_nmt.experiments.checks import check_experiments
+from transformer_nmt.experiments.pairs import with_pairs
 from transformer_nmt.experiments.paths import (
     ALPHA_SELECTION,
     ATTENTION_MAP,
@@ -75,6 +77,8 @@ class Pipeline:
         self.registry: dict[str, Dataset] = parse_registry(self._registry_raw, self.registry_path)
         if config.get(LOCAL_DATASETS_KEY):
             self.registry_path = str(Path(MERGED_REGISTRY).resolve())
+        # a pair left out where the dataset has one (experiments/pairs.py): the config in full
+        self.config = config = with_pairs(config, self.registry, self.registry_path)
         # studies: Table 3 rows, then seeds, expand the config's experiments into the runs
         self.studies = Studies.expand(config)
         self.table3_rows = self.studies.table3_rows  # Table 3 row -> experiment (before seeds)
