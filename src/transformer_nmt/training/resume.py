@@ -39,7 +39,6 @@ from transformer_nmt.runs import checkpoints as ckpt_lib
 from transformer_nmt.runs.layout import FINISHED_FILE, SUPERSEDED_DIR
 from transformer_nmt.training.config import (
     GEOMETRY_KEYS,
-    RESUMABLE_KEYS,
     TrainConfig,
     learning_fingerprint,
     learning_settings,
@@ -61,23 +60,11 @@ class ResumePoint:
 
 
 def _learning_record(payload: Mapping[str, Any], path: Path) -> dict[str, Any]:
-    """What the checkpoint's run learned from (``checkpoints.LEARNING_KEY``); for checkpoints
-    written before it existed, rebuilt from the hyper-parameters."""
+    """What the checkpoint's run learned from (``checkpoints.LEARNING_KEY``)."""
     record = payload.get(ckpt_lib.LEARNING_KEY)
-    if isinstance(record, Mapping) and "fingerprint" in record:
-        return dict(record)
-    meta = ckpt_lib.checkpoint_meta(payload, path)
-    hparams = payload.get("hyper_parameters") or {}
-    try:
-        train = TrainConfig.from_dict(hparams.get("train_config") or {})
-    except ConfigError:
-        return {"fingerprint": None, "model_config": meta["model_config"], "train": {}}
-    fingerprint = learning_fingerprint(meta["model_config"], meta["vocab"].get("sha256"), train)
-    return {
-        "fingerprint": fingerprint,
-        "model_config": meta["model_config"],
-        "train": learning_settings(train),
-    }
+    if not (isinstance(record, Mapping) and "fingerprint" in record):
+        ckpt_lib.raise_pre_release(path, f"no {ckpt_lib.LEARNING_KEY} record")
+    return dict(record)
 
 
 def _changes(
@@ -97,9 +84,7 @@ def _changes(
     )
     if mismatch:
         return mismatch
-    # A checkpoint from before a key became resumable recorded it among the learning settings.
-    recorded = without_removed("train", record.get("train") or {})
-    before = {k: v for k, v in recorded.items() if k not in RESUMABLE_KEYS}
+    before = without_removed("train", record.get("train") or {})
     now = learning_settings(cfg)
     keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
     if not keys:
