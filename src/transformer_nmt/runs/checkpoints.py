@@ -182,13 +182,7 @@ def experiment_mismatch(
     ``model_config`` of None checks the vocabulary only (a translator takes the model's own).
     """
     if model_config is not None:
-        from transformer_nmt.model.config import ModelConfig
-
-        # a key one side lacks has its default: a checkpoint from before a model flag existed
-        # is the same experiment as a config that leaves the flag at the paper's value
-        defaults = ModelConfig().to_dict()
-        recorded = {**defaults, **meta["model_config"]}
-        wanted = {**defaults, **model_config}
+        recorded, wanted = meta["model_config"], model_config
         diff = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
         if diff:
             return f"another model config (differs in {diff})"
