@@ -107,7 +107,7 @@ def _parse_studies(text: str) -> dict[str, Any]:
 
 
 def _read_scores(paths: list[Path]) -> dict[tuple[str, str], dict[str, Any]]:
-    """(run, test set) -> the scores file's JSON (validated by ``build_report`` already)."""
+    """(run, test set) -> the scores file's JSON (validated by ``read_report`` already)."""
     return {
         (p.parent.name, p.name[: -len(SCORES_SUFFIX)]): json.loads(p.read_text(encoding="utf-8"))
         for p in paths
