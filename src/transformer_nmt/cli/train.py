@@ -31,12 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.arguments import (
-    add_fast_path_arguments,
-    add_tracking_arguments,
-    apply_fast_paths,
-    tracking_run_dir,
-)
+from transformer_nmt.cli import arguments
 from transformer_nmt.errors import ConfigError, UserFacingError
 from transformer_nmt.runs.layout import ATTEMPT_LOG_DIR
 
@@ -71,8 +66,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clean-report", type=Path, default=None, help="logged as an artifact")
     parser.add_argument("--train-split", default="train")
     parser.add_argument("--valid-split", default="valid")
-    add_tracking_arguments(parser)
-    add_fast_path_arguments(parser)
+    arguments.add_tracking_arguments(parser)
+    arguments.add_fast_path_arguments(parser)
 
 
 def parse_json(flag: str, text: str) -> dict[str, Any]:
@@ -133,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         train_run,
     )
 
-    fast = apply_fast_paths(args)  # before the allocator's settings (one of them)
+    fast = arguments.apply_fast_paths(args)  # before the allocator's settings (one of them)
     memory = keep_freed_memory()  # before the data and the model allocate
     where, model_spec, train_keys = experiment_settings(args)
     try:
@@ -185,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
             )  # fmt: skip
         with tracking.stage_run(
             experiment, args.mlflow_run, "train", params, tags, new_run_reason=start.reason,
-            shared_params=data_params, run_dir=tracking_run_dir(args, args.run_dir),
+            shared_params=data_params, run_dir=arguments.tracking_run_dir(args, args.run_dir),
             mutable_params=geometry,
         ) as mlrun:  # fmt: skip
             if mlrun is not None:
