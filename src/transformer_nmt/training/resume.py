@@ -21,7 +21,6 @@ Resume rules (docs/interfaces.md, docs/design.md):
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Mapping
@@ -33,7 +32,7 @@ from torch.utils.data import DataLoader
 
 from transformer_nmt.data.datamodule import TranslationDataModule
 from transformer_nmt.errors import CheckpointError, ConfigError
-from transformer_nmt.io_utils import write_json
+from transformer_nmt.io_utils import read_json_object, write_json
 from transformer_nmt.removed_keys import without_removed
 from transformer_nmt.runs import checkpoints as ckpt_lib
 from transformer_nmt.runs.layout import FINISHED_FILE, SUPERSEDED_DIR
@@ -196,11 +195,7 @@ def _weights_only(path: Path) -> bool:
 
 
 def _finished_with(checkpoint_dir: Path, cfg: TrainConfig) -> bool:
-    try:
-        finished = json.loads((checkpoint_dir / FINISHED_FILE).read_text("utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(finished, dict) and finished.get("train_config") == cfg.to_dict()
+    return read_json_object(checkpoint_dir / FINISHED_FILE).get("train_config") == cfg.to_dict()
 
 
 def mark_finished(checkpoint_dir: Path, cfg: TrainConfig, step: int) -> None:
