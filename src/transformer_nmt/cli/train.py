@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import re
@@ -70,16 +69,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     arguments.add_fast_path_arguments(parser)
 
 
-def parse_json(flag: str, text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{flag}: invalid JSON ({err})") from err
-    if not isinstance(value, dict):
-        raise ConfigError(f"{flag}: expected a JSON object, got {type(value).__name__}")
-    return value
-
-
 def experiment_settings(args: argparse.Namespace) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """``(where, model spec, train keys)`` from ``--config-file`` or from ``--model``/``--train``;
     ``where`` names the source in error messages."""
@@ -88,8 +77,8 @@ def experiment_settings(args: argparse.Namespace) -> tuple[str, dict[str, Any], 
             raise ConfigError("give --config-file, or --model (and optionally --train)")
         return (
             "--model",
-            parse_json("--model", args.model),
-            parse_json("--train", args.train or "{}"),
+            arguments.json_object("--model", args.model),
+            arguments.json_object("--train", args.train or "{}"),
         )
     if args.model is not None or args.train is not None:
         raise ConfigError("--config-file replaces --model and --train: give one or the other")
@@ -98,7 +87,7 @@ def experiment_settings(args: argparse.Namespace) -> tuple[str, dict[str, Any], 
         text = args.config_file.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"{where}: cannot read it ({err.strerror})") from err
-    settings = parse_json(where, text)
+    settings = arguments.json_object(where, text)
     unknown = sorted(set(settings) - {"model", "train"})
     if unknown or "model" not in settings:
         found = ", ".join(repr(k) for k in sorted(settings)) or "none"
