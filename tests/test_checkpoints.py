@@ -202,7 +202,10 @@ def test_experiment_mismatch_is_one_rule_for_config_and_vocabulary() -> None:
 
 def test_a_checkpoint_from_before_the_release_is_refused_in_one_line(tmp_path: Path) -> None:
     """Separate W^Q, W^K, W^V (the layout before release 0.1.0): a one-line error naming the
-    file, retraining and the last commit that read it; averaging and loading both refuse."""
+    file, retraining and the last commit that read it; loading, averaging and resuming refuse."""
+    from transformer_nmt.training.config import TrainConfig
+    from transformer_nmt.training.resume import start_point
+
     path = tmp_path / ck.checkpoint_name(1)
     state = lightning_like_checkpoint(path, 1, seed=1)
     payload = torch.load(path, weights_only=True)
@@ -211,12 +214,20 @@ def test_a_checkpoint_from_before_the_release_is_refused_in_one_line(tmp_path: P
     for part, chunk in zip(("w_q", "w_k", "w_v"), w_qkv.chunk(3), strict=True):
         payload["state_dict"][f"model.encoder_layers.0.self_attn.{part}.weight"] = chunk.clone()
     torch.save(payload, path)
-    for load in (ck.load_model_file, lambda p: ck.average_checkpoints([p])):
+
+    def resume(p: Path) -> object:
+        return start_point(
+            p.parent, model_config=CFG.to_dict(), vocab_sha256=VOCAB["sha256"],
+            train_cfg=TrainConfig(),
+        )  # fmt: skip
+
+    for load in (ck.load_model_file, lambda p: ck.average_checkpoints([p]), resume):
         with pytest.raises(CheckpointError) as err:
             load(path)
         message = str(err.value)
         assert "\n" not in message and message.startswith(f"{path}: written before release")
         assert "retrain" in message and ck.PRE_RELEASE_READER in message
+        assert "newest checkpoint" not in message  # resuming from an older one is no way out
 
 
 def _full_checkpoint(path: Path, step: int, seed: int) -> dict:

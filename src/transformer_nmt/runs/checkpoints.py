@@ -99,9 +99,13 @@ def load_checkpoint(path: str | os.PathLike[str], *, mmap: bool = False) -> dict
     return payload
 
 
+class PreReleaseFile(CheckpointError):
+    """A checkpoint or model file written before release 0.1.0, which nothing reads now."""
+
+
 def raise_pre_release(path: str | os.PathLike[str], what: str) -> None:
     """The one-line refusal of a file written before release 0.1.0 (``what`` it has)."""
-    raise CheckpointError(
+    raise PreReleaseFile(
         f"{path}: written before release {RELEASE} ({what}); retrain, or read it with "
         f"commit {PRE_RELEASE_READER}, the last one that did"
     )

@@ -127,6 +127,8 @@ def start_point(
     newest = found[-1]
     try:
         payload = ckpt_lib.load_checkpoint(newest)
+    except ckpt_lib.PreReleaseFile:
+        raise  # the checkpoints before it are as old: no previous one to resume from
     except CheckpointError as err:
         # Never silently train again over the steps it held: say what to do instead.
         previous = found[-2] if len(found) > 1 else None
