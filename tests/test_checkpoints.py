@@ -200,28 +200,34 @@ def test_experiment_mismatch_is_one_rule_for_config_and_vocabulary() -> None:
     assert ck.experiment_mismatch(meta, model_config=None, vocab_sha256=VOCAB["sha256"]) is None
 
 
-def test_checkpoints_in_the_former_attention_layout_average_and_load(tmp_path: Path) -> None:
-    """Checkpoints written before W^Q, W^K, W^V were stacked (separate w_q/w_k/w_v keys) still
-    average and load; the model file keeps their layout and loads into the stacked one."""
-    from tests.test_model_transformer import former_layout
+def test_a_checkpoint_from_before_the_release_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Separate W^Q, W^K, W^V (the layout before release 0.1.0): a one-line error naming the
+    file, retraining and the last commit that read it; loading, averaging and resuming refuse."""
+    from transformer_nmt.training.config import TrainConfig
+    from transformer_nmt.training.resume import start_point
 
-    states = []
-    for step in (1, 2):
-        state = lightning_like_checkpoint(tmp_path / ck.checkpoint_name(step), step, seed=step)
-        payload = torch.load(tmp_path / ck.checkpoint_name(step), weights_only=True)
-        payload["state_dict"] = {f"model.{k}": v for k, v in former_layout(state).items()}
-        torch.save(payload, tmp_path / ck.checkpoint_name(step))
-        states.append(state)
-    avg = ck.average_checkpoints([tmp_path / ck.checkpoint_name(s) for s in (1, 2)])
-    assert "encoder_layers.0.self_attn.w_k.weight" in avg
-    out = tmp_path / "averaged.pt"
-    ck.save_model_file(
-        out, model_config=CFG.to_dict(), state_dict=avg, vocab=VOCAB, step=2,
-        source_checkpoints=["a", "b"],
-    )  # fmt: skip
-    model, _ = ck.load_model_file(out)
-    for key, value in model.state_dict().items():
-        torch.testing.assert_close(value, (states[0][key] + states[1][key]) / 2)
+    path = tmp_path / ck.checkpoint_name(1)
+    state = lightning_like_checkpoint(path, 1, seed=1)
+    payload = torch.load(path, weights_only=True)
+    w_qkv = state["encoder_layers.0.self_attn.w_qkv.weight"]
+    del payload["state_dict"]["model.encoder_layers.0.self_attn.w_qkv.weight"]
+    for part, chunk in zip(("w_q", "w_k", "w_v"), w_qkv.chunk(3), strict=True):
+        payload["state_dict"][f"model.encoder_layers.0.self_attn.{part}.weight"] = chunk.clone()
+    torch.save(payload, path)
+
+    def resume(p: Path) -> object:
+        return start_point(
+            p.parent, model_config=CFG.to_dict(), vocab_sha256=VOCAB["sha256"],
+            train_cfg=TrainConfig(),
+        )  # fmt: skip
+
+    for load in (ck.load_model_file, lambda p: ck.average_checkpoints([p]), resume):
+        with pytest.raises(CheckpointError) as err:
+            load(path)
+        message = str(err.value)
+        assert "\n" not in message and message.startswith(f"{path}: written before release")
+        assert "retrain" in message and ck.PRE_RELEASE_READER in message
+        assert "newest checkpoint" not in message  # resuming from an older one is no way out
 
 
 def _full_checkpoint(path: Path, step: int, seed: int) -> dict:
@@ -239,6 +245,25 @@ def _full_checkpoint(path: Path, step: int, seed: int) -> dict:
     }
     torch.save(payload, path)
     return payload
+
+
+def test_a_resume_from_a_checkpoint_without_its_learning_record_is_refused(tmp_path: Path) -> None:
+    """No ``LEARNING_KEY`` (written before release 0.1.0): a one-line error, no guessed resume."""
+    from transformer_nmt.training.config import TrainConfig
+    from transformer_nmt.training.resume import start_point
+
+    path = tmp_path / ck.checkpoint_name(1)
+    _full_checkpoint(path, 1, seed=1)
+    payload = torch.load(path, weights_only=True)
+    del payload[ck.LEARNING_KEY]
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError) as err:
+        start_point(
+            tmp_path, model_config=CFG.to_dict(), vocab_sha256=VOCAB["sha256"],
+            train_cfg=TrainConfig(),
+        )  # fmt: skip
+    assert str(err.value).startswith(f"{path}: written before release")
+    assert "\n" not in str(err.value) and ck.PRE_RELEASE_READER in str(err.value)
 
 
 def test_a_demoted_checkpoint_keeps_the_weights_and_what_averaging_reads(tmp_path: Path) -> None:

@@ -7,13 +7,13 @@ import pickle
 import numpy as np
 import pytest
 
+from tests.training_helpers import write_token_array
 from transformer_nmt.data import vocab
 from transformer_nmt.data.token_array import (
     TokenArray,
     TokenArrayWriter,
     array_paths,
     token_dtype,
-    write_token_array,
 )
 from transformer_nmt.errors import ConfigError, DataError
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from tests.training_helpers import write_token_array
 from transformer_nmt.data.batch import flatten, source_batch, training_batch
 from transformer_nmt.data.datamodule import TranslationDataModule
 from transformer_nmt.data.sampler import TokenBatchSampler
-from transformer_nmt.data.token_array import write_token_array
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
 

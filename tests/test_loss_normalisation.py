@@ -161,55 +161,6 @@ def test_two_ddp_ranks_with_accumulation_give_the_gradient_of_one_batch(tmp_path
     _assert_equal_gradients(ddp, update_gradient([_merge(_batches())], accumulate=1))
 
 
-def test_a_run_from_before_the_stacked_projections_resumes_with_its_adam_moments() -> None:
-    """A Lightning checkpoint with separate W^Q, W^K, W^V (weights and Adam moments) converts
-    to the stacked layout on loading: the same weights and the same optimizer state."""
-    from tests.test_model_transformer import former_layout
-    from transformer_nmt.model.attention import FORMER_LAYOUT
-
-    module = _module()
-    optimizer = module.configure_optimizers()["optimizer"]
-    batch = _batches()[1]
-    module._loss(batch).loss.backward()
-    optimizer.step()
-    expected = optimizer.state_dict()
-    names = [name for name, _ in module.named_parameters()]
-    # the same state in the former layout: split every stacked parameter's moments
-    old_state = former_layout({f"model.{k}": v for k, v in module.model.state_dict().items()})
-    old_names = list(old_state)
-    moments = {}
-    for i, name in enumerate(names):
-        state = expected["state"][i]
-        head, layer, suffix = name.rsplit(".", 2)
-        if layer in FORMER_LAYOUT:
-            parts = [f"{head}.{part}.{suffix}" for part in FORMER_LAYOUT[layer]]
-            split = {k: v.chunk(len(parts)) for k, v in state.items() if v.dim() > 0}
-            for j, part in enumerate(parts):
-                moments[part] = {"step": state["step"], **{k: v[j] for k, v in split.items()}}
-        else:
-            moments[name] = state
-    checkpoint = {
-        "state_dict": old_state,
-        "optimizer_states": [{
-            "state": {old_names.index(n): s for n, s in moments.items()},
-            "param_groups": [{**expected["param_groups"][0],
-                              "params": list(range(len(old_names)))}],
-        }],
-    }  # fmt: skip
-    assert len(old_names) > len(names)
-    module.on_load_checkpoint(checkpoint)
-    converted = checkpoint["optimizer_states"][0]
-    assert converted["param_groups"][0]["params"] == expected["param_groups"][0]["params"]
-    assert converted["state"].keys() == expected["state"].keys()
-    for i, state in expected["state"].items():
-        for key, value in state.items():
-            assert torch.equal(converted["state"][i][key], value), (names[i], key)
-    fresh = _module()
-    fresh.load_state_dict(checkpoint["state_dict"])
-    for (name, a), b in zip(fresh.named_parameters(), module.parameters(), strict=True):
-        assert torch.equal(a, b), name
-
-
 @pytest.mark.usefixtures("one_torch_thread")
 def test_the_module_runs_the_fused_loss_when_train_fused_loss_says_so(monkeypatch) -> None:
     """``train.fused_loss: true`` reaches the loss (on a CPU too, where auto leaves it off and

@@ -407,35 +407,6 @@ def test_stacked_blocks_are_initialised_like_separate_matrices():
         assert block.abs().max().item() > 0.95 * bound  # not the stacked layer's smaller bound
 
 
-def former_layout(state: dict) -> dict:
-    """A state dict in the layout written before the projections were stacked."""
-    old = {}
-    for key, value in state.items():
-        for stacked, parts in ((".w_qkv.", ("w_q", "w_k", "w_v")), (".w_kv.", ("w_k", "w_v"))):
-            if stacked in key:
-                head, tail = key.split(stacked)
-                for part, chunk in zip(parts, value.chunk(len(parts)), strict=True):
-                    old[f"{head}.{part}.{tail}"] = chunk.clone()
-                break
-        else:
-            old[key] = value
-    return old
-
-
-@pytest.mark.parametrize("extra", [(), ("attention_bias=true",)])
-def test_weights_in_theformer_layout_load(extra):
-    # d_k = d_v here so that the former layout can be cut from the stacked weights evenly
-    model = make_model("d_v=8", *extra)
-    old = former_layout(model.state_dict())
-    assert "decoder_layers.0.self_attn.w_k.weight" in old
-    assert "decoder_layers.0.cross_attn.w_q.weight" in old
-    assert not any("w_qkv" in key or "w_kv" in key for key in old)
-    fresh = make_model("d_v=8", *extra, seed=1)
-    fresh.load_state_dict(old, strict=True)
-    src, tgt = random_batch()
-    torch.testing.assert_close(fresh(src, tgt), model(src, tgt), rtol=0, atol=0)
-
-
 def test_preallocated_cache_grows_and_reorders_like_full_recompute(monkeypatch):
     # a small first capacity: the buffers double several times during 9 steps
     from transformer_nmt.model.layers import LayerCache

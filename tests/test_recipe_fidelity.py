@@ -194,12 +194,10 @@ DEPARTURES: dict[tuple[str, str], Departure] = {
 
 def _stage_args(stage: str, words: list[str]) -> Any:
     """``python -m transformer_nmt <stage> <words>`` parsed as ``cli.main`` parses it."""
-    from transformer_nmt.cli import STAGES, build_parser
+    from transformer_nmt.cli import build_parser, stage_module
 
     parser, stage_parsers = build_parser()
-    importlib.import_module(f"transformer_nmt.cli.{STAGES[stage][0]}").configure(
-        stage_parsers[stage]
-    )
+    importlib.import_module(stage_module(stage)).configure(stage_parsers[stage])
     return parser.parse_args([stage, *words])
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from transformer_nmt.cli import main
 from transformer_nmt.errors import DataError
-from transformer_nmt.evaluation.report import PAPER_TABLE2, build_report, run_summary
+from transformer_nmt.evaluation.report import PAPER_TABLE2, read_report, run_summary
 
 EXPERIMENTS = {
     "wmt_big": {"dataset": "wmt14_en_de", "pair": "en-de", "preset": "big"},
@@ -55,7 +55,7 @@ def test_rows_sorted_with_scores_and_paper_numbers_only_on_wmt14_test(tmp_path: 
         _scores(runs / "wmt_big", "newstest2013", 25.0, n=3000),
         _scores(runs / "wmt_fr_base", "newstest2014", 37.0, n=3003),
     ]
-    text = build_report(paths, EXPERIMENTS)
+    text = read_report(paths, EXPERIMENTS).markdown()
     rows = _table_rows(text)
     assert [(r[0], r[3]) for r in rows] == [
         ("m30k", "test_2016_flickr"),
@@ -76,7 +76,7 @@ def test_rows_sorted_with_scores_and_paper_numbers_only_on_wmt14_test(tmp_path: 
 
 def test_unknown_experiment_is_reported_without_paper_number(tmp_path: Path) -> None:
     path = _scores(tmp_path / "other", "newstest2014", 20.0)
-    rows = _table_rows(build_report([path], {}))
+    rows = _table_rows(read_report([path], {}).markdown())
     assert rows == [["other", "—", "—", "newstest2014", "100", "20.00", "40.00", "21.00", "—",
                      "22.00", "—"]]  # fmt: skip
 
@@ -100,7 +100,7 @@ def test_malformed_scores_file_names_file_and_key(
     path.parent.mkdir()
     path.write_text(content, encoding="utf-8")
     with pytest.raises(DataError, match=rf"test\.scores\.json: {message}"):
-        build_report([path], {})
+        read_report([path], {}).markdown()
 
 
 def test_cli_writes_report_and_fails_cleanly(tmp_path: Path) -> None:
@@ -166,7 +166,7 @@ def test_dev_set_choice_of_averaged_checkpoints_is_in_the_report(tmp_path: Path)
     path = _scores(tmp_path / "runs" / "m30k", "test_2016_flickr", 31.0)
     selection = {"best_k": 5, "dev_bleu": {"1": 30.5, "10": 31.0, "5": 31.25}}
     (path.parent / "average_selection.json").write_text(json.dumps(selection))
-    text = build_report([path], EXPERIMENTS)
+    text = read_report([path], EXPERIMENTS).markdown()
     assert "## Checkpoint averaging chosen on the dev set" in text
     assert "| m30k | 1: 30.50, 5: 31.25, 10: 31.00 | 5 |" in text
 
@@ -183,12 +183,12 @@ def test_train_overlap_from_the_cleaning_report_is_beside_each_score(tmp_path: P
     splits = {"train": {"read": 5}, "test_2016_flickr": {"train_overlap": overlap},
               "test_2017_flickr": {"kept": 1000}}  # fmt: skip
     clean.write_text(json.dumps({"splits": splits}), encoding="utf-8")
-    rows = _table_rows(build_report(paths, EXPERIMENTS))
+    rows = _table_rows(read_report(paths, EXPERIMENTS).markdown())
     assert [r[-1] for r in rows] == ["pair 12/1000 (src 30, tgt 25)", "—"]
     splits["test_2016_flickr"]["train_overlap"] = {"sentences": 1000}
     clean.write_text(json.dumps({"splits": splits}), encoding="utf-8")
     with pytest.raises(DataError, match=r"clean_report.json: no train_overlap for test_2016"):
-        build_report(paths, EXPERIMENTS)
+        read_report(paths, EXPERIMENTS).markdown()
 
 
 def test_each_score_is_shown_with_its_bootstrap_interval_in_report_csv_and_landing_page(
@@ -242,7 +242,7 @@ def test_a_malformed_interval_names_the_file_and_how_to_recover(tmp_path: Path) 
     path.write_text(json.dumps(data))
     message = r"test\.scores\.json: 'bleu\.ci95' needs .*re-run the score"
     with pytest.raises(DataError, match=message):
-        build_report([path], {})
+        read_report([path], {}).markdown()
 
 
 def test_the_length_penalty_chosen_on_dev_is_in_the_report_only_for_alpha_auto(
@@ -252,12 +252,12 @@ def test_the_length_penalty_chosen_on_dev_is_in_the_report_only_for_alpha_auto(
     chosen = {"best_alpha": 1.2, "dev_bleu": {"0.6": 30.1, "1.2": 30.9, "1": 30.5}}
     (path.parent / "alpha_selection.json").write_text(json.dumps(chosen))
     auto = {name: {**info, "alpha": "auto"} for name, info in EXPERIMENTS.items()}
-    text = build_report([path], auto)
+    text = read_report([path], auto).markdown()
     assert "## Length penalty chosen on the dev set" in text
     assert "| m30k | 0.6: 30.10, 1: 30.50, 1.2: 30.90 | 1.2 |" in text
     # a fixed α (the file is left from an earlier alpha: auto run): no such section
     fixed = {name: {**info, "alpha": 0.6} for name, info in EXPERIMENTS.items()}
-    assert "Length penalty chosen" not in build_report([path], fixed)
+    assert "Length penalty chosen" not in read_report([path], fixed).markdown()
 
 
 def test_the_run_summary_names_each_score_with_its_interval_the_report_and_the_ui(

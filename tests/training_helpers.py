@@ -14,7 +14,15 @@ import torch
 
 from tests.conftest import checkout_pythonpath
 from transformer_nmt.data.batch import training_batch
-from transformer_nmt.data.token_array import TokenArray, write_token_array
+from transformer_nmt.data.token_array import TokenArray, TokenArrayWriter
+
+
+def write_token_array(prefix: str | Path, sentences, vocab_size: int) -> TokenArray:
+    """Write a small token array in one call; returns it opened."""
+    with TokenArrayWriter(prefix, vocab_size) as writer:
+        writer.write_many(sentences)
+    return TokenArray(prefix)
+
 
 VOCAB = 64
 MODEL = {

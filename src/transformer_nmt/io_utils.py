@@ -120,6 +120,16 @@ def read_json(path: str | os.PathLike[str], missing: str = "") -> Any:
         raise DataError(f"{path}: cannot be read ({err.strerror or err})") from None
 
 
+def read_json_object(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The JSON object in ``path``; {} when the file is missing, unreadable, not JSON or not
+    an object: for records whose absence or damage means that nothing was recorded."""
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def read_lines(path: str | os.PathLike[str]) -> list[str]:
     """Read a UTF-8 text file as a list of lines without their line endings.
 

@@ -15,35 +15,35 @@ import sys
 
 from transformer_nmt.errors import UserFacingError
 
-# stage name -> (module under transformer_nmt.cli, one-line help)
-STAGES: dict[str, tuple[str, str]] = {
-    "info": ("info", "print a model preset's configuration and parameter count as JSON"),
-    "download": ("download", "fetch a dataset's files from their URLs or a mirror (sha256)"),
-    "prepare": ("prepare", "extract, read and clean a language pair's corpora into text splits"),
-    "spm-train": ("spm_train", "train the joint SentencePiece model of a language pair"),
-    "encode": ("encode", "encode text splits into memory-mappable token-id arrays"),
-    "plan": ("plan", "pre-flight: batch, accumulation, peak memory and hours of a config's runs"),
-    "train": ("train", "train a Transformer with PyTorch Lightning (resumes from checkpoints)"),
-    "average": ("average", "average the last K checkpoints into one model file"),
-    "translate": ("translate", "beam-search translate a file (or stdin) with a trained model"),
-    "select-alpha": (
-        "select_alpha",
-        "choose a model's length penalty alpha on the dev set (translate --alpha-from)",
-    ),
-    "export-ct2": ("export_ct2", "convert a model file into a CTranslate2 model directory"),
+# stage name -> its one-line help; the stage's module under transformer_nmt.cli is its name with
+# "_" for "-" (``stage_module``)
+STAGES: dict[str, str] = {
+    "info": "print a model preset's configuration and parameter count as JSON",
+    "download": "fetch a dataset's files from their URLs or a mirror (sha256)",
+    "prepare": "extract, read and clean a language pair's corpora into text splits",
+    "spm-train": "train the joint SentencePiece model of a language pair",
+    "encode": "encode text splits into memory-mappable token-id arrays",
+    "plan": "pre-flight: batch, accumulation, peak memory and hours of a config's runs",
+    "train": "train a Transformer with PyTorch Lightning (resumes from checkpoints)",
+    "average": "average the last K checkpoints into one model file",
+    "translate": "beam-search translate a file (or stdin) with a trained model",
+    "select-alpha": "choose a model's length penalty alpha on the dev set (translate --alpha-from)",
+    "export-ct2": "convert a model file into a CTranslate2 model directory",
     "attention-maps": (
-        "attention_maps",
-        "draw the encoder-decoder attention of test sentences (PNG + CSV per sentence)",
+        "draw the encoder-decoder attention of test sentences (PNG + CSV per sentence)"
     ),
-    "score": ("score", "score hypotheses against references with sacreBLEU"),
-    "report": ("report", "aggregate every experiment's scores into a report"),
-    "register": ("register", "log a trained experiment as an MLflow model and register it"),
+    "score": "score hypotheses against references with sacreBLEU",
+    "report": "aggregate every experiment's scores into a report",
+    "register": "log a trained experiment as an MLflow model and register it",
     "check-config": (
-        "check_config",
-        "check a pipeline config file: YAML syntax (file:line:column), schema, experiments",
+        "check a pipeline config file: YAML syntax (file:line:column), schema, experiments"
     ),
-    "ui": ("ui", "start the MLflow UI on the project's store; print each experiment's link"),
+    "ui": "start the MLflow UI on the project's store; print each experiment's link",
 }
+
+
+def stage_module(stage: str) -> str:
+    return f"transformer_nmt.cli.{stage.replace('-', '_')}"
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
@@ -56,9 +56,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
     stage_parsers = {}
-    for name, (module, help_text) in STAGES.items():
+    for name, help_text in STAGES.items():
         stage_parsers[name] = sub.add_parser(name, help=help_text, description=help_text)
-        stage_parsers[name].set_defaults(_module=module)
     return parser, stage_parsers
 
 
@@ -70,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     # lists them, and light stages stay fast.
     stage = next((word for word in argv if not word.startswith("-")), None)
     if stage in STAGES:
-        module = importlib.import_module(f"transformer_nmt.cli.{STAGES[stage][0]}")
+        module = importlib.import_module(stage_module(stage))
         module.configure(stage_parsers[stage])
     args = parser.parse_args(argv)  # an unknown stage or bad option exits here with usage
     logging.basicConfig(

@@ -11,14 +11,27 @@ translate.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from transformer_nmt import fast_paths
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.search.settings import EARLY_STOP, SearchSettings
 
 log = logging.getLogger(__name__)
+
+
+def json_object(flag: str, text: str) -> dict[str, Any]:
+    """The JSON object given to ``flag``, or a ConfigError naming the flag."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{flag}: not valid JSON ({err})") from err
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag}: expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def add_search_arguments(parser: argparse.ArgumentParser) -> None:

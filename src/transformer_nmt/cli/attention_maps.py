@@ -13,12 +13,7 @@ import argparse
 import logging
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.arguments import (
-    add_search_arguments,
-    add_tracking_arguments,
-    search_settings,
-    tracking_run_dir,
-)
+from transformer_nmt.cli import arguments
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.runs.layout import FIGURES_DIR
 
@@ -48,8 +43,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--out-dir", required=True, help="where attention_<line>.png/.csv are written"
     )
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda:0")
-    add_search_arguments(parser)
-    add_tracking_arguments(parser)
+    arguments.add_search_arguments(parser)
+    arguments.add_tracking_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     if len(set(args.lines)) != len(args.lines):
         raise ConfigError(f"--lines: each line once, got {args.lines}")
-    settings = search_settings(args)
+    settings = arguments.search_settings(args)
     sources = select_lines(read_lines(args.input), args.lines, args.input)
     params = {"lines": args.lines, "layer": args.layer, "model": str(args.model)}
     with tracking.stage_run(
@@ -67,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         args.mlflow_run,
         "attention_maps",
         params,
-        run_dir=tracking_run_dir(args),
+        run_dir=arguments.tracking_run_dir(args),
     ) as tracked:
         translator = Translator(args.model, args.spm_model, settings, args.device)
         n_layers = translator.model.cfg.N

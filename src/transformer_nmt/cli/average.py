@@ -13,12 +13,7 @@ import logging
 from pathlib import Path
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.arguments import (
-    add_search_arguments,
-    add_tracking_arguments,
-    search_settings,
-    tracking_run_dir,
-)
+from transformer_nmt.cli import arguments
 from transformer_nmt.errors import CheckpointError, ConfigError
 from transformer_nmt.runs.layout import SELECTION_FILE
 
@@ -44,8 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dev-src", type=Path, help="--last auto: dev source sentences")
     parser.add_argument("--dev-ref", type=Path, help="--last auto: dev references")
     parser.add_argument("--tgt-lang", help="--last auto: target language (for scoring)")
-    add_search_arguments(parser)  # --last auto: the search that scores the dev set
-    add_tracking_arguments(parser)
+    arguments.add_search_arguments(parser)  # --last auto: the search that scores the dev set
+    arguments.add_tracking_arguments(parser)
 
 
 def select(args: argparse.Namespace) -> list[Path]:
@@ -108,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         "average",
         params={"last": args.last if args.last is not None else len(paths)},
         tags={"average.sources": ",".join(p.name for p in paths)},
-        run_dir=tracking_run_dir(args),
+        run_dir=arguments.tracking_run_dir(args),
     ) as mlrun:
         if args.last == AUTO:
             num_averaged = _select_on_dev(args, paths, mlrun, max(steps))
@@ -137,7 +132,7 @@ def _select_on_dev(args: argparse.Namespace, paths: list[Path], mlrun, step: int
     from transformer_nmt.evaluation.selection import select_average
     from transformer_nmt.io_utils import write_json
 
-    settings = search_settings(args)
+    settings = arguments.search_settings(args)
     selection = select_average(
         paths, args.out, spm_model=args.spm_model, dev_src=args.dev_src, dev_ref=args.dev_ref,
         tgt_lang=args.tgt_lang, settings=settings,

@@ -15,12 +15,7 @@ import logging
 from pathlib import Path
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.arguments import (
-    add_search_arguments,
-    add_tracking_arguments,
-    search_settings,
-    tracking_run_dir,
-)
+from transformer_nmt.cli import arguments
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.io_utils import write_json
 
@@ -41,8 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--name", default=None, help="registered model name (default: --mlflow-run)"
     )
     parser.add_argument("--out", type=Path, default=None, help="JSON record of the model URIs")
-    add_search_arguments(parser)
-    add_tracking_arguments(parser)
+    arguments.add_search_arguments(parser)
+    arguments.add_tracking_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,14 +46,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.mlflow_experiment is None or args.mlflow_run is None:
         raise ConfigError("register logs into MLflow: give --mlflow-experiment and --mlflow-run")
-    settings = search_settings(args)
+    settings = arguments.search_settings(args)
     # Check the model and find its vocabulary now: a clear error before anything is logged.
     translator = Translator.from_run(args.run_dir, settings, "cpu", args.spm_model)
     model_path, spm_model = translator.model_path, translator.spm_model_path
     del translator
     name = args.name or args.mlflow_run
     params = {**dataclasses.asdict(settings), "name": name}
-    run_dir = tracking_run_dir(args, args.run_dir)
+    run_dir = arguments.tracking_run_dir(args, args.run_dir)
     with tracking.stage_run(
         args.mlflow_experiment, args.mlflow_run, "register", params, run_dir=run_dir
     ) as mlrun:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from transformer_nmt.cli import arguments
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.evaluation.report import (
     SCORES_SUFFIX,
@@ -80,11 +81,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _parse_experiments(text: str) -> dict[str, dict[str, str]]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"--experiments: not valid JSON ({err})") from err
-    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+    value = arguments.json_object("--experiments", text)
+    if not all(isinstance(v, dict) for v in value.values()):
         raise ConfigError("--experiments: expected a JSON object of objects, one per experiment")
     for name, info in value.items():
         for key in ("dataset", "pair"):
@@ -94,12 +92,7 @@ def _parse_experiments(text: str) -> dict[str, dict[str, str]]:
 
 
 def _parse_studies(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"--studies: not valid JSON ({err})") from err
-    if not isinstance(value, dict):
-        raise ConfigError("--studies: expected a JSON object")
+    value = arguments.json_object("--studies", text)
     unknown = sorted(set(value) - {"groups", "table3", "significance"})
     if unknown:
         raise ConfigError(f"--studies: unknown key(s) {unknown}")
@@ -107,7 +100,7 @@ def _parse_studies(text: str) -> dict[str, Any]:
 
 
 def _read_scores(paths: list[Path]) -> dict[tuple[str, str], dict[str, Any]]:
-    """(run, test set) -> the scores file's JSON (validated by ``build_report`` already)."""
+    """(run, test set) -> the scores file's JSON (validated by ``read_report`` already)."""
     return {
         (p.parent.name, p.name[: -len(SCORES_SUFFIX)]): json.loads(p.read_text(encoding="utf-8"))
         for p in paths

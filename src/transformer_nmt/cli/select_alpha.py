@@ -16,12 +16,7 @@ import logging
 from pathlib import Path
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.arguments import (
-    add_search_arguments,
-    add_tracking_arguments,
-    search_settings,
-    tracking_run_dir,
-)
+from transformer_nmt.cli import arguments
 from transformer_nmt.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -44,7 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="ALPHA",
         help=f"the α to try ({' '.join(f'{a:g}' for a in ALPHA_CANDIDATES)})",
     )
-    add_search_arguments(parser)  # the search that translates the dev set (its --alpha unused)
+    # the search that translates the dev set (its --alpha unused)
+    arguments.add_search_arguments(parser)
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda:0")
     parser.add_argument(
         "--quantize",
@@ -52,7 +48,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="CPU only: int8 linear layers, as the translate stage decodes (translate --quantize)",
     )
-    add_tracking_arguments(parser)
+    arguments.add_tracking_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.dev_src} has {len(sources)} lines but {args.dev_ref} has {len(references)}:"
             " the dev source and reference files must be line-aligned"
         )
-    settings = search_settings(args)
+    settings = arguments.search_settings(args)
     params = {
         "candidates": ",".join(f"{a:g}" for a in sorted(set(args.candidates))),
         "model": str(args.model),
@@ -79,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     }
     with tracking.stage_run(
         args.mlflow_experiment, args.mlflow_run, "select_alpha", params,
-        run_dir=tracking_run_dir(args),
+        run_dir=arguments.tracking_run_dir(args),
     ) as mlrun:  # fmt: skip
         translator = open_translator(
             "torch", args.model, args.spm_model, settings, args.device, args.quantize

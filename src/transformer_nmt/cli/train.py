@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import re
@@ -31,12 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.arguments import (
-    add_fast_path_arguments,
-    add_tracking_arguments,
-    apply_fast_paths,
-    tracking_run_dir,
-)
+from transformer_nmt.cli import arguments
 from transformer_nmt.errors import ConfigError, UserFacingError
 from transformer_nmt.runs.layout import ATTEMPT_LOG_DIR
 
@@ -71,18 +65,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clean-report", type=Path, default=None, help="logged as an artifact")
     parser.add_argument("--train-split", default="train")
     parser.add_argument("--valid-split", default="valid")
-    add_tracking_arguments(parser)
-    add_fast_path_arguments(parser)
-
-
-def parse_json(flag: str, text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{flag}: invalid JSON ({err})") from err
-    if not isinstance(value, dict):
-        raise ConfigError(f"{flag}: expected a JSON object, got {type(value).__name__}")
-    return value
+    arguments.add_tracking_arguments(parser)
+    arguments.add_fast_path_arguments(parser)
 
 
 def experiment_settings(args: argparse.Namespace) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -93,8 +77,8 @@ def experiment_settings(args: argparse.Namespace) -> tuple[str, dict[str, Any], 
             raise ConfigError("give --config-file, or --model (and optionally --train)")
         return (
             "--model",
-            parse_json("--model", args.model),
-            parse_json("--train", args.train or "{}"),
+            arguments.json_object("--model", args.model),
+            arguments.json_object("--train", args.train or "{}"),
         )
     if args.model is not None or args.train is not None:
         raise ConfigError("--config-file replaces --model and --train: give one or the other")
@@ -103,7 +87,7 @@ def experiment_settings(args: argparse.Namespace) -> tuple[str, dict[str, Any], 
         text = args.config_file.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"{where}: cannot read it ({err.strerror})") from err
-    settings = parse_json(where, text)
+    settings = arguments.json_object(where, text)
     unknown = sorted(set(settings) - {"model", "train"})
     if unknown or "model" not in settings:
         found = ", ".join(repr(k) for k in sorted(settings)) or "none"
@@ -133,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         train_run,
     )
 
-    fast = apply_fast_paths(args)  # before the allocator's settings (one of them)
+    fast = arguments.apply_fast_paths(args)  # before the allocator's settings (one of them)
     memory = keep_freed_memory()  # before the data and the model allocate
     where, model_spec, train_keys = experiment_settings(args)
     try:
@@ -185,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
             )  # fmt: skip
         with tracking.stage_run(
             experiment, args.mlflow_run, "train", params, tags, new_run_reason=start.reason,
-            shared_params=data_params, run_dir=tracking_run_dir(args, args.run_dir),
+            shared_params=data_params, run_dir=arguments.tracking_run_dir(args, args.run_dir),
             mutable_params=geometry,
         ) as mlrun:  # fmt: skip
             if mlrun is not None:

@@ -21,14 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from transformer_nmt import tracking
-from transformer_nmt.cli.arguments import (
-    add_fast_path_arguments,
-    add_search_arguments,
-    add_tracking_arguments,
-    apply_fast_paths,
-    search_settings,
-    tracking_run_dir,
-)
+from transformer_nmt.cli import arguments
 from transformer_nmt.errors import ConfigError
 from transformer_nmt.io_utils import atomic_open, read_lines, stream_line_batches
 from transformer_nmt.search.settings import SearchSettings
@@ -47,7 +40,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spm-model", required=True, help="the pair's SentencePiece model")
     parser.add_argument("--input", help="source text, one sentence per line (default: stdin)")
     parser.add_argument("--output", help="translations, one per line (default: stdout)")
-    add_search_arguments(parser)
+    arguments.add_search_arguments(parser)
     defaults = SearchSettings()
     parser.add_argument(
         "--nbest",
@@ -100,8 +93,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="CPU only, not the paper: int8 dynamic quantisation of the linear layers (faster "
         "CPU decoding, slightly different translations; BLEU in benchmarks/log/2026-11-25.md)",
     )
-    add_tracking_arguments(parser)
-    add_fast_path_arguments(parser)
+    arguments.add_tracking_arguments(parser)
+    arguments.add_fast_path_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,9 +102,9 @@ def run(args: argparse.Namespace) -> int:
     from transformer_nmt.inference.factory import open_translator
     from transformer_nmt.progress import Progress
 
-    fast = apply_fast_paths(args)  # before the allocator's settings (one of them)
+    fast = arguments.apply_fast_paths(args)  # before the allocator's settings (one of them)
     memory = keep_freed_memory()
-    settings = search_settings(args)
+    settings = arguments.search_settings(args)
     if args.stdin_batch < 1:
         raise ConfigError(f"--stdin-batch must be >= 1, got {args.stdin_batch}")
     attention = getattr(args, "attention_format", None)
@@ -135,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     # One translate job per test set runs in parallel: qualify the stage name with it.
     with tracking.stage_run(
         args.mlflow_experiment, args.mlflow_run, f"translate.{name}", params,
-        run_dir=tracking_run_dir(args),
+        run_dir=arguments.tracking_run_dir(args),
     ) as tracked:  # fmt: skip
         lines = read_lines(args.input) if args.input else None
         translator = open_translator(

@@ -74,7 +74,7 @@ class NumpyBatchLoader(DataLoader):
 
 
 class TranslationDataModule(L.LightningDataModule):
-    """Train/valid/test loaders over ``{bin_dir}/{split}.{lang}.tokens.npy`` + offsets.
+    """Train/valid loaders over ``{bin_dir}/{split}.{lang}.tokens.npy`` + offsets.
 
     ``max_tokens``: per device per batch, counting padding (§5.1). ``max_positions``: longest
     side (with BOS/EOS) the model accepts; longer examples are dropped with a warning.
@@ -94,7 +94,6 @@ class TranslationDataModule(L.LightningDataModule):
         valid_split: str = "valid",
         num_workers: int = 0,
         max_positions: int = 1024,
-        test_splits: Sequence[str] = (),
         pad_multiple: int = 1,
     ) -> None:
         super().__init__()
@@ -102,7 +101,6 @@ class TranslationDataModule(L.LightningDataModule):
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.max_tokens, self.seed = max_tokens, seed
         self.train_split, self.valid_split = train_split, valid_split
-        self.test_splits = list(test_splits)
         self.num_workers, self.max_positions = num_workers, max_positions
         self.pad_multiple = pad_multiple
         self.accumulation = 1
@@ -132,9 +130,6 @@ class TranslationDataModule(L.LightningDataModule):
             self.dataset(self.train_split)
         if stage in (None, "fit", "validate"):
             self.dataset(self.valid_split)
-        if stage in (None, "test"):
-            for split in self.test_splits:
-                self.dataset(split)
 
     def batch_sampler(self, split: str, *, shuffle: bool) -> TokenBatchSampler:
         """A new token-batch sampler over ``split`` for this process's rank."""
@@ -176,6 +171,3 @@ class TranslationDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> NumpyBatchLoader:
         return self.dataloader(self.valid_split, shuffle=False)
-
-    def test_dataloader(self) -> list[NumpyBatchLoader]:
-        return [self.dataloader(split, shuffle=False) for split in self.test_splits]

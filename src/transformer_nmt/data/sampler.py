@@ -139,7 +139,6 @@ class TokenBatchSampler:
         # the width the collate pads a batch to: rounded up to pad_multiple, not past the limit
         rounded = padded_width(width[self.order], pad_multiple, limit)
         self.bounds = _cut_batches(rounded, max_tokens)
-        self.num_examples = len(keep)
         # real (non-padding) tokens of the kept examples: x EOS and y EOS
         self.real_tokens = (int(src_len[keep].sum()), int(tgt_len[keep].sum()))
 

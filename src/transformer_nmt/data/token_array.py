@@ -199,12 +199,3 @@ class TokenArrayWriter:
                 stack.__exit__(type(err), err, err.__traceback__)  # deletes the temp files
                 raise
         return bool(stack.__exit__(exc_type, exc, tb))
-
-
-def write_token_array(
-    prefix: str | Path, sentences: Iterable[Iterable[int]], vocab_size: int
-) -> TokenArray:
-    """Write a small token array in one call (tests, tools); returns it opened."""
-    with TokenArrayWriter(prefix, vocab_size) as writer:
-        writer.write_many(sentences)
-    return TokenArray(prefix)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from transformer_nmt.errors import DataError
+from transformer_nmt.io_utils import read_json_object
 from transformer_nmt.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -79,12 +80,8 @@ def part_meta_path(part: Path) -> Path:
 def _resume_state(part: Path, url: str) -> tuple[int, str | None]:
     """(bytes to continue from, If-Range validator): 0 unless ``part`` was fetched from
     ``url``."""
-    meta = part_meta_path(part)
-    try:
-        state = json.loads(meta.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        state = None
-    if not part.is_file() or not isinstance(state, dict) or state.get("url") != url:
+    state = read_json_object(part_meta_path(part))
+    if not part.is_file() or state.get("url") != url:
         return 0, None
     return part.stat().st_size, state.get("etag") or state.get("last_modified")
 

@@ -317,13 +317,6 @@ class ReportData:
         return render_table_csv(self.rows, self.overlaps)
 
 
-def build_report(
-    score_paths: Iterable[str | Path], experiments: Mapping[str, Mapping[str, Any]]
-) -> str:
-    """Read every scores file (and the dev-set selections beside them) and render the report."""
-    return read_report(score_paths, experiments).markdown()
-
-
 def read_report(
     score_paths: Iterable[str | Path], experiments: Mapping[str, Mapping[str, Any]]
 ) -> ReportData:

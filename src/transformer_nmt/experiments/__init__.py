@@ -37,15 +37,32 @@ def validated_pipeline(config: Any, where: str) -> Pipeline:
         raise ConfigError(f"{where}: {config_error_line(err)}") from None
 
 
+def yaml_error_line(path: Path, err: yaml.YAMLError) -> str:
+    """``FILE:LINE:COLUMN: problem (context)``, from PyYAML's own marks (1-based)."""
+    if not isinstance(err, yaml.MarkedYAMLError) or err.problem_mark is None:
+        return f"{path}: not valid YAML ({err})".replace("\n", " ")
+    mark = err.problem_mark
+    text = f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {err.problem}"
+    if err.context and err.context_mark is not None:
+        context = err.context_mark
+        text += f" ({err.context} at line {context.line + 1}, column {context.column + 1})"
+    return text + "; fix it there (indentation, a ':' after each key, matching quotes/brackets)"
+
+
+def load_yaml(path: Path) -> object:
+    """``path``'s YAML, or a ConfigError naming the file (a syntax error's line and column)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return yaml.safe_load(handle)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(yaml_error_line(path, err)) from None
+
+
 def load_pipeline(configfile: Path) -> Pipeline:
     """The config file's ``Pipeline``, validated as the Snakefile validates it."""
-    try:
-        config = yaml.safe_load(configfile.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ConfigError(f"{configfile}: cannot read ({err.strerror})") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{configfile}: not valid YAML ({err})".replace("\n", " ")) from None
-    return validated_pipeline(config, str(configfile))
+    return validated_pipeline(load_yaml(configfile), str(configfile))
 
 
-__all__ = ["SCHEMA", "Pipeline", "load_pipeline", "validated_pipeline"]
+__all__ = ["SCHEMA", "Pipeline", "load_pipeline", "load_yaml", "validated_pipeline"]

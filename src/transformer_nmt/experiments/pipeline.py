@@ -42,6 +42,7 @@ from transformer_nmt.experiments.paths import (
     canonical_json,
 )  # fmt: skip
 from transformer_nmt.experiments.studies import Studies
+from transformer_nmt.io_utils import atomic_open
 from transformer_nmt.tracking.store import check_uri
 
 
@@ -266,9 +267,8 @@ class Pipeline:
         if path.is_file() and path.read_text(encoding="utf-8") == text:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        with atomic_open(path) as handle:
+            handle.write(text)
 
     def local_files(self, dataset: str) -> list[str]:
         """A local dataset's own files (inputs of its download job: an edited file re-links)."""

@@ -9,8 +9,7 @@ W^V: d_model -> h*d_v, W^O: h*d_v -> d_model (d_k, d_v independent of d_model/h,
 Matrices that read the same input are stacked into one linear layer so that one GEMM computes
 them (speed only; the same numbers): self-attention's [W^Q; W^K; W^V] (``w_qkv``, d_model ->
 2*h*d_k + h*d_v) and cross-attention's [W^K; W^V] (``w_kv``) beside its ``w_q``. Each block is
-initialised as its own matrix (``stacked_linear``), and weights saved in the former layout
-(separate ``w_q``/``w_k``/``w_v``) load into the stacked one (``_load_from_state_dict``).
+initialised as its own matrix (``stacked_linear``).
 The projections have no bias terms, as in the paper's equations and tensor2tensor; ``bias=True``
 (the ``attention_bias`` model flag) adds them to all four. The product itself goes through
 ``torch.nn.functional.scaled_dot_product_attention`` so that GPUs use fused (flash /
@@ -64,10 +63,6 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, attn_mask: AttentionMask) 
     return scores.softmax(dim=-1, dtype=softmax_dtype).to(scores.dtype)
 
 
-# The stacked layers and the separate matrices they replace (checkpoints written before).
-FORMER_LAYOUT = {"w_qkv": ("w_q", "w_k", "w_v"), "w_kv": ("w_k", "w_v")}
-
-
 def stacked_linear(d_in: int, sizes: tuple[int, ...], bias: bool) -> nn.Linear:
     """A plain ``nn.Linear`` whose output rows stack matrices of ``sizes`` rows each. Its
     ``block_sizes`` attribute tells ``Transformer.reset_parameters`` to initialise each block as
@@ -106,18 +101,6 @@ class MultiHeadAttention(nn.Module):
             self.w_q = nn.Linear(d_model, h * d_k, bias=bias)
             self.w_kv = stacked_linear(d_model, self.kv_sizes, bias=bias)
         self.w_o = nn.Linear(h * d_v, d_model, bias=bias)
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        # Weights saved before the projections were stacked: w_q, w_k, w_v -> w_qkv or w_kv.
-        name = "w_qkv" if self.self_attention else "w_kv"
-        parts = FORMER_LAYOUT[name]
-        for suffix in ("weight", "bias"):
-            keys = [f"{prefix}{part}.{suffix}" for part in parts]
-            if all(key in state_dict for key in keys):
-                state_dict[f"{prefix}{name}.{suffix}"] = torch.cat(
-                    [state_dict.pop(key) for key in keys], dim=0
-                )
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _split(self, x: torch.Tensor, d: int) -> torch.Tensor:
         b, length, _ = x.shape

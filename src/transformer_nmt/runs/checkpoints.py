@@ -31,9 +31,11 @@ import torch
 
 from transformer_nmt.errors import CheckpointError
 from transformer_nmt.io_utils import atomic_path
-from transformer_nmt.removed_keys import without_removed
+from transformer_nmt.removed_keys import RELEASE, without_removed
 
 MODEL_FILE_FORMAT = "transformer_nmt.model/1"
+# The last commit that read checkpoints written before release 0.1.0.
+PRE_RELEASE_READER = "92c2222"
 # The LightningModule's attribute holding the Transformer (training/module.py).
 MODEL_PREFIX = "model."
 # ModelCheckpoint's ``filename`` template (Lightning adds ".ckpt"): gives ``checkpoint_name``.
@@ -91,7 +93,22 @@ def load_checkpoint(path: str | os.PathLike[str], *, mmap: bool = False) -> dict
         ) from err
     if not isinstance(payload, dict):
         raise CheckpointError(f"{path}: expected a dict, found {type(payload).__name__}")
+    state = payload.get("state_dict")
+    if isinstance(state, Mapping) and any(".self_attn.w_k." in key for key in state):
+        raise_pre_release(path, "separate attention projections w_q, w_k, w_v")
     return payload
+
+
+class PreReleaseFile(CheckpointError):
+    """A checkpoint or model file written before release 0.1.0, which nothing reads now."""
+
+
+def raise_pre_release(path: str | os.PathLike[str], what: str) -> None:
+    """The one-line refusal of a file written before release 0.1.0 (``what`` it has)."""
+    raise PreReleaseFile(
+        f"{path}: written before release {RELEASE} ({what}); retrain, or read it with "
+        f"commit {PRE_RELEASE_READER}, the last one that did"
+    )
 
 
 def is_weights_only(payload: Mapping[str, Any]) -> bool:
@@ -169,13 +186,7 @@ def experiment_mismatch(
     ``model_config`` of None checks the vocabulary only (a translator takes the model's own).
     """
     if model_config is not None:
-        from transformer_nmt.model.config import ModelConfig
-
-        # a key one side lacks has its default: a checkpoint from before a model flag existed
-        # is the same experiment as a config that leaves the flag at the paper's value
-        defaults = ModelConfig().to_dict()
-        recorded = {**defaults, **meta["model_config"]}
-        wanted = {**defaults, **model_config}
+        recorded, wanted = meta["model_config"], model_config
         diff = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
         if diff:
             return f"another model config (differs in {diff})"
@@ -294,46 +305,3 @@ def load_model_file(path: str | os.PathLike[str]) -> tuple[torch.nn.Module, dict
         raise CheckpointError(f"{path}: weights do not fit the model config: {err}") from err
     model.eval()
     return model, meta
-
-
-def stack_former_optimizer_state(checkpoint: dict[str, Any], parameter_names: list[str]) -> None:
-    """Convert, in place, the optimizer state of a Lightning checkpoint written before the
-    attention projections were stacked (model/attention.py ``FORMER_LAYOUT``) so that a run
-    started with separate W^Q, W^K, W^V resumes: Adam's per-parameter moments of the separate
-    matrices are stacked like the weights. ``parameter_names``: the module's parameter names
-    (``model.…``) in optimizer order. The weights themselves convert on loading
-    (``MultiHeadAttention._load_from_state_dict``). A checkpoint in the new layout is untouched.
-    """
-    from transformer_nmt.model.attention import FORMER_LAYOUT
-
-    old_names = list(checkpoint.get("state_dict", {}))
-    if not any(
-        name.rsplit(".", 2)[-2] in ("w_k", "w_v") for name in old_names if name.count(".") >= 2
-    ):
-        return
-    old_index = {name: i for i, name in enumerate(old_names)}
-    sources = []  # per new parameter: the old parameters it stacks
-    for name in parameter_names:
-        head, layer, suffix = name.rsplit(".", 2)
-        parts = FORMER_LAYOUT.get(layer, (layer,))
-        sources.append([old_index[f"{head}.{part}.{suffix}"] for part in parts])
-    for opt in checkpoint.get("optimizer_states", []):
-        if len(opt["param_groups"]) != 1 or len(opt["param_groups"][0]["params"]) != len(old_names):
-            raise CheckpointError(
-                "a checkpoint from before the attention projections were stacked, with an "
-                "optimizer state that cannot be converted; train from scratch"
-            )
-        old_state = opt["state"]
-        new_state = {}
-        for i, parts in enumerate(sources):
-            if not all(j in old_state for j in parts):
-                continue
-            first = old_state[parts[0]]
-            new_state[i] = {
-                key: torch.cat([old_state[j][key] for j in parts], dim=0)
-                if torch.is_tensor(value) and value.dim() > 0
-                else value
-                for key, value in first.items()
-            }
-        opt["state"] = new_state
-        opt["param_groups"][0]["params"] = list(range(len(sources)))

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -64,31 +65,15 @@ class Hypothesis:
 
 
 def beam_search(
-    model: Transformer,
-    src: torch.Tensor,
-    *,
-    bos_id: int,
-    eos_id: int,
-    pad_id: int,
-    beam_size: int = SearchSettings.beam,
-    alpha: float = SearchSettings.alpha,
-    max_len_b: int = SearchSettings.max_len_b,
-    nbest: int = SearchSettings.nbest,
-    use_cache: bool = True,
-    return_attention: bool = False,
-    min_len: int = 0,
-    early_stop: str = SearchSettings.early_stop,
+    model: Transformer, src: torch.Tensor, *, alpha: float = SearchSettings.alpha, **options: Any
 ) -> list[list[Hypothesis]]:
     """Beam-search ``src`` [B, S] (padded with ``pad_id``); returns, in input order, each
-    sentence's ``nbest`` best finished hypotheses, best first.
+    sentence's ``nbest`` best finished hypotheses, best first. ``options``: the keyword
+    arguments of ``beam_search_per_alpha`` (``bos_id``, ``eos_id``, ``pad_id`` required).
 
     ``min_len`` (default 0, for benchmarks) forbids EOS before that many tokens.
     """
-    return beam_search_per_alpha(
-        model, src, (alpha,), bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, beam_size=beam_size,
-        max_len_b=max_len_b, nbest=nbest, use_cache=use_cache,
-        return_attention=return_attention, min_len=min_len, early_stop=early_stop,
-    )[alpha]  # fmt: skip
+    return beam_search_per_alpha(model, src, (alpha,), **options)[alpha]
 
 
 def beam_search_per_alpha(

@@ -15,16 +15,8 @@ lazily (its first import takes seconds), so untracked stages and ``--help`` stay
 """
 
 from transformer_nmt.runs.layout import RUN_RECORD
-from transformer_nmt.tracking.identity import (
-    GIT_COMMIT_TAG,
-    GROUP_TAG,
-    PARENT_RUN_TAG,
-    RUN_DIR_TAG,
-    RUN_TAG,
-    SUPERSEDED_BY_TAG,
-    SUPERSEDES_TAG,
-)
-from transformer_nmt.tracking.lineage import DataInput, data_inputs, data_record
+from transformer_nmt.tracking.identity import RUN_DIR_TAG, SUPERSEDED_BY_TAG, SUPERSEDES_TAG
+from transformer_nmt.tracking.lineage import data_inputs, data_record
 from transformer_nmt.tracking.provenance import RERUN_ENV, git_commit
 from transformer_nmt.tracking.stage import (
     NOTICE_FD_ENV,
@@ -39,18 +31,13 @@ from transformer_nmt.tracking.store import check_access, tracking_uri, with_retr
 from transformer_nmt.tracking.system_monitor import system_metrics
 
 __all__ = [
-    "GIT_COMMIT_TAG",
-    "GROUP_TAG",
     "NOTICE_FD_ENV",
-    "PARENT_RUN_TAG",
     "RERUN_ENV",
     "RUN_DIR_TAG",
     "RUN_RECORD",
-    "RUN_TAG",
     "SUPERSEDED_BY_TAG",
     "SUPERSEDES_TAG",
     "StageRun",
-    "DataInput",
     "check_access",
     "data_inputs",
     "data_record",

@@ -26,12 +26,12 @@ Layout (docs/interfaces.md): MLflow *experiment* = dataset pair (``multi30k_en-d
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from transformer_nmt.io_utils import read_json_object
 from transformer_nmt.runs.layout import RUN_RECORD
 from transformer_nmt.tracking.store import log_params, set_tags, with_retry
 
@@ -82,14 +82,6 @@ def _get_run(client: Any, run_id: str) -> Any | None:
     return run if run.info.lifecycle_stage == "active" else None
 
 
-def _read_record(run_dir: Path) -> dict[str, Any]:
-    try:
-        record = json.loads((run_dir / RUN_RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
 def write_record(run_dir: Path, uri: str, experiment: str, run: Any) -> None:
     from transformer_nmt.io_utils import write_json
 
@@ -100,7 +92,7 @@ def write_record(run_dir: Path, uri: str, experiment: str, run: Any) -> None:
         "run_id": run.info.run_id,
         "run_name": run.info.run_name,
     }
-    if _read_record(run_dir) != record:
+    if read_json_object(run_dir / RUN_RECORD) != record:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_json(run_dir / RUN_RECORD, record)
 
@@ -111,7 +103,7 @@ def run_of_directory(
     """``(run, created)``: the MLflow run of the experiment instance in ``run_dir``, found by
     its record or created (see the module's docstring). Call under ``store_lock``."""
     key = str(run_dir.resolve())
-    record = _read_record(run_dir)
+    record = read_json_object(run_dir / RUN_RECORD)
     run = None
     if (record.get("tracking_uri"), record.get("experiment_id"), record.get("run_name")) == (
         uri,

@@ -195,12 +195,15 @@ def learning_fingerprint(
 
 
 def _validate(cfg: TrainConfig) -> None:
-    def positive_int(key: str, allow_none: bool = False) -> None:
+    def positive_int(key: str, allow_none: bool = False, allow_auto: bool = False) -> None:
         value = getattr(cfg, key)
-        if allow_none and value is None:
+        if (allow_none and value is None) or (allow_auto and value == "auto"):
             return
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"train config key {key!r} must be a positive integer, got {value!r}")
+            also = " or 'auto'" if allow_auto else ""
+            raise ConfigError(
+                f"train config key {key!r} must be a positive integer{also}, got {value!r}"
+            )
 
     def number(key: str, low: float, high: float, allow_none: bool = False) -> None:
         value = getattr(cfg, key)
@@ -214,20 +217,8 @@ def _validate(cfg: TrainConfig) -> None:
 
     for key in ("max_steps", "tokens_per_update", "warmup", "num_nodes"):
         positive_int(key)
-    multiple = cfg.pad_multiple
-    if multiple != "auto" and (
-        isinstance(multiple, bool) or not isinstance(multiple, int) or multiple <= 0
-    ):
-        raise ConfigError(
-            f"train config key 'pad_multiple' must be a positive integer or 'auto', got "
-            f"{multiple!r}"
-        )
-    tokens = cfg.max_tokens
-    numeric = isinstance(tokens, int) and not isinstance(tokens, bool)
-    if tokens != "auto" and not (numeric and tokens > 0):
-        raise ConfigError(
-            f"train config key 'max_tokens' must be a positive integer or 'auto', got {tokens!r}"
-        )
+    for key in ("pad_multiple", "max_tokens", "devices"):
+        positive_int(key, allow_auto=True)
     for key in ("keep_checkpoints", "val_every_steps", "log_every_steps", "max_positions"):
         positive_int(key)
     positive_int("checkpoint_every_steps", allow_none=True)
@@ -251,12 +242,6 @@ def _validate(cfg: TrainConfig) -> None:
     for i, beta in enumerate(cfg.adam_betas):
         if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0.0 <= beta < 1.0:
             raise ConfigError(f"train config key 'adam_betas'[{i}] must be in [0, 1), got {beta!r}")
-    if cfg.devices != "auto" and (
-        isinstance(cfg.devices, bool) or not isinstance(cfg.devices, int) or cfg.devices <= 0
-    ):
-        raise ConfigError(
-            f"train config key 'devices' must be a positive integer or 'auto', got {cfg.devices!r}"
-        )
     if not isinstance(cfg.compile, bool):
         raise ConfigError(f"train config key 'compile' must be true or false, got {cfg.compile!r}")
     if cfg.fused_loss not in (True, False, "auto"):

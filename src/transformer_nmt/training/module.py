@@ -25,7 +25,7 @@ from transformer_nmt.errors import UserFacingError
 from transformer_nmt.evaluation.score import bleu_tokenizer
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.runs.checkpoints import LEARNING_KEY, stack_former_optimizer_state
+from transformer_nmt.runs.checkpoints import LEARNING_KEY
 from transformer_nmt.training.config import TrainConfig, learning_fingerprint, learning_settings
 from transformer_nmt.training.objective import fused_loss_wanted, loss_path, model_loss
 from transformer_nmt.training.optimizer import (
@@ -77,12 +77,6 @@ class TranslationModule(L.LightningModule):
             "model_config": self.cfg.to_dict(),
             "train": learning_settings(self.train_cfg),
         }
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # A run started before the attention projections were stacked resumes: its optimizer
-        # state is stacked like the weights (which convert when the state dict loads).
-        names = [name for name, _ in self.named_parameters()]
-        stack_former_optimizer_state(checkpoint, names)
 
     def on_fit_start(self) -> None:
         # With fp16 mixed precision the GradScaler skips steps with inf gradients by design.

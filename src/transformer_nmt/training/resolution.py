@@ -45,7 +45,6 @@ class Resolved:
     pad_multiple: int  # batch widths are rounded up to a multiple of this
     pad_multiple_why: str
     max_tokens: int | str  # tokens per micro-batch; "auto" until sized
-    max_tokens_why: str
     strategy: str  # as configured; "auto" is DDP when several processes train (``strategy_for``)
     accumulation: int | None = None  # micro-batches per update, once the data is known
 
@@ -90,7 +89,6 @@ def resolve(cfg: TrainConfig) -> Resolved:
         pad_multiple=pad_multiple,
         pad_multiple_why=pad_multiple_why,
         max_tokens=cfg.max_tokens,
-        max_tokens_why="set in the config",
         strategy=cfg.strategy,
     )
 
@@ -129,8 +127,7 @@ def resolve_run(model_cfg: ModelConfig, train_cfg: TrainConfig, vocab: VocabInfo
             f"{(plan.usable_bytes or 0) / GIB:.1f} GiB usable; tokens_per_update="
             f"{plan.tokens_per_update} over {plan.world_size} process(es) is {share} each"
         )
-        why = f"auto, limited by {limit}: {detail}"
-        resolved = dataclasses.replace(resolved, max_tokens=plan.max_tokens, max_tokens_why=why)
+        resolved = dataclasses.replace(resolved, max_tokens=plan.max_tokens)
         log.info(
             "max_tokens: auto -> %d tokens per micro-batch (limited by %s): %s",
             plan.max_tokens, limit, detail,

@@ -21,7 +21,6 @@ Resume rules (docs/interfaces.md, docs/design.md):
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Mapping
@@ -33,13 +32,12 @@ from torch.utils.data import DataLoader
 
 from transformer_nmt.data.datamodule import TranslationDataModule
 from transformer_nmt.errors import CheckpointError, ConfigError
-from transformer_nmt.io_utils import write_json
+from transformer_nmt.io_utils import read_json_object, write_json
 from transformer_nmt.removed_keys import without_removed
 from transformer_nmt.runs import checkpoints as ckpt_lib
 from transformer_nmt.runs.layout import FINISHED_FILE, SUPERSEDED_DIR
 from transformer_nmt.training.config import (
     GEOMETRY_KEYS,
-    RESUMABLE_KEYS,
     TrainConfig,
     learning_fingerprint,
     learning_settings,
@@ -61,23 +59,11 @@ class ResumePoint:
 
 
 def _learning_record(payload: Mapping[str, Any], path: Path) -> dict[str, Any]:
-    """What the checkpoint's run learned from (``checkpoints.LEARNING_KEY``); for checkpoints
-    written before it existed, rebuilt from the hyper-parameters."""
+    """What the checkpoint's run learned from (``checkpoints.LEARNING_KEY``)."""
     record = payload.get(ckpt_lib.LEARNING_KEY)
-    if isinstance(record, Mapping) and "fingerprint" in record:
-        return dict(record)
-    meta = ckpt_lib.checkpoint_meta(payload, path)
-    hparams = payload.get("hyper_parameters") or {}
-    try:
-        train = TrainConfig.from_dict(hparams.get("train_config") or {})
-    except ConfigError:
-        return {"fingerprint": None, "model_config": meta["model_config"], "train": {}}
-    fingerprint = learning_fingerprint(meta["model_config"], meta["vocab"].get("sha256"), train)
-    return {
-        "fingerprint": fingerprint,
-        "model_config": meta["model_config"],
-        "train": learning_settings(train),
-    }
+    if not (isinstance(record, Mapping) and "fingerprint" in record):
+        ckpt_lib.raise_pre_release(path, f"no {ckpt_lib.LEARNING_KEY} record")
+    return dict(record)
 
 
 def _changes(
@@ -97,9 +83,7 @@ def _changes(
     )
     if mismatch:
         return mismatch
-    # A checkpoint from before a key became resumable recorded it among the learning settings.
-    recorded = without_removed("train", record.get("train") or {})
-    before = {k: v for k, v in recorded.items() if k not in RESUMABLE_KEYS}
+    before = without_removed("train", record.get("train") or {})
     now = learning_settings(cfg)
     keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
     if not keys:
@@ -143,6 +127,8 @@ def start_point(
     newest = found[-1]
     try:
         payload = ckpt_lib.load_checkpoint(newest)
+    except ckpt_lib.PreReleaseFile:
+        raise  # the checkpoints before it are as old: no previous one to resume from
     except CheckpointError as err:
         # Never silently train again over the steps it held: say what to do instead.
         previous = found[-2] if len(found) > 1 else None
@@ -211,11 +197,7 @@ def _weights_only(path: Path) -> bool:
 
 
 def _finished_with(checkpoint_dir: Path, cfg: TrainConfig) -> bool:
-    try:
-        finished = json.loads((checkpoint_dir / FINISHED_FILE).read_text("utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(finished, dict) and finished.get("train_config") == cfg.to_dict()
+    return read_json_object(checkpoint_dir / FINISHED_FILE).get("train_config") == cfg.to_dict()
 
 
 def mark_finished(checkpoint_dir: Path, cfg: TrainConfig, step: int) -> None:

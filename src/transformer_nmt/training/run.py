@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import socket
@@ -26,7 +25,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from transformer_nmt.data.vocab import VocabInfo
 from transformer_nmt.errors import UserFacingError
-from transformer_nmt.io_utils import remove_stale_temps, write_json
+from transformer_nmt.io_utils import read_json_object, remove_stale_temps, write_json
 from transformer_nmt.model.config import ModelConfig
 from transformer_nmt.runs.checkpoints import list_checkpoints
 from transformer_nmt.runs.layout import CHECKPOINT_DIR, SUMMARY_FILE, TRAIN_LOCK_FILE
@@ -238,7 +237,7 @@ def train_run(
 
     if resume.step >= train_cfg.max_steps:
         log.info("%s is at max_steps=%d: only writing the summary", resume.path, resume.step)
-        metrics = _previous_metrics(summary_path)
+        metrics = dict(read_json_object(summary_path).get("metrics", {}))
         validates_last = resume.step % train_cfg.val_every_steps == 0  # as the fit loop did
         last = _validation_metrics(ckpt_dir).get("val/step")
         if not metrics and validates_last and last != resume.step:
@@ -355,10 +354,3 @@ def _validation_metrics(ckpt_dir: Path) -> dict[str, float]:
 
 def _format_metrics(metrics: dict[str, float]) -> str:
     return ", ".join(f"{key} {value:.4g}" for key, value in sorted(metrics.items()))
-
-
-def _previous_metrics(summary_path: Path) -> dict[str, Any]:
-    try:
-        return dict(json.loads(summary_path.read_text(encoding="utf-8")).get("metrics", {}))
-    except (OSError, ValueError, AttributeError):
-        return {}

@@ -4,7 +4,6 @@ rank together, and the record of the newest validation kept beside the checkpoin
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import threading
@@ -14,7 +13,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from transformer_nmt.io_utils import write_json
+from transformer_nmt.io_utils import read_json_object, write_json
 from transformer_nmt.runs.checkpoints import (
     LIGHTNING_FILENAME,
     checkpoint_name,
@@ -167,8 +166,4 @@ def write_last_validation(checkpoint_dir: Path, step: int, metrics: dict[str, fl
 
 def read_last_validation(checkpoint_dir: Path) -> dict[str, Any]:
     """What ``LastValidation`` kept ({} when nothing was validated yet)."""
-    try:
-        record = json.loads((Path(checkpoint_dir) / LAST_VALIDATION_FILE).read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
+    return read_json_object(Path(checkpoint_dir) / LAST_VALIDATION_FILE)
