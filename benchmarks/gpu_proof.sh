@@ -7,7 +7,7 @@
 #      then `plan` on the WMT14 EN-DE recipes, measured on this GPU and estimate-only
 #   2. the test suite's gpu and fast tests with CUDA visible (pytest -m "gpu or not slow"),
 #      each test's outcome on its own line
-#   3. config/experiments/multi30k_en_de_base.yaml through snakemake --profile profiles/gpu,
+#   3. config/experiments/multi30k_en_de_paper_base.yaml through snakemake --profile profiles/gpu,
 #      max_steps cut (MAX_STEPS), MLflow on: BLEU, stage wall times, what auto chose
 #   4. bench_gpu_decoding.py: beam-4 decoding of test_2016_flickr at growing batch sizes
 #   5. if time is left: step 1's big in torch.compile
@@ -131,14 +131,14 @@ grep -cE " PASSED" "$OUT/pytest.log" | sed 's/^/passed lines: /'
 tail -n 3 "$OUT/pytest.log"
 fi
 
-# --- 3. the Multi30k base recipe through the GPU profile ---------------------------------------
+# --- 3. the paper's base on Multi30k through the GPU profile ------------------------------
 if wants 3; then
 MAX_STEPS=${MAX_STEPS:-$([ "$SHRINK" = 1 ] && echo 20 || echo 1500)}
 EVERY=${EVERY:-$([ "$SHRINK" = 1 ] && echo 10 || echo 500)}
 cat > /tmp/gpu_proof_overlay.yaml <<EOF
 # benchmarks/gpu_proof.sh: the recipe with max_steps cut to fit the GPU's time limit
 experiments:
-  multi30k_en_de_base:
+  multi30k_en_de_paper_base:
     train:
       max_steps: $MAX_STEPS
       checkpoint_every_steps: $EVERY
@@ -152,25 +152,25 @@ rm -rf "$DAG" && mkdir -p "$DAG"
 PROFILE=profiles/gpu
 if [ "$SHRINK" = 1 ]; then
     sed 's/accelerator: gpu/accelerator: cpu/; s/precision: auto/precision: 32-true/' \
-        config/experiments/multi30k_en_de_base.yaml > /tmp/gpu_proof_recipe.yaml
+        config/experiments/multi30k_en_de_paper_base.yaml > /tmp/gpu_proof_recipe.yaml
     sed -i 's/preset: base/preset: tiny/' /tmp/gpu_proof_recipe.yaml
     PROFILE=profiles/default
 else
-    cp config/experiments/multi30k_en_de_base.yaml /tmp/gpu_proof_recipe.yaml
+    cp config/experiments/multi30k_en_de_paper_base.yaml /tmp/gpu_proof_recipe.yaml
 fi
-step snakemake_multi30k_base $([ "$SHRINK" = 1 ] && echo 900 || echo "${DAG_LIMIT:-300}") \
+step snakemake_multi30k_paper_base $([ "$SHRINK" = 1 ] && echo 900 || echo "${DAG_LIMIT:-300}") \
     snakemake -d "$DAG" -s "$REPO/Snakefile" --profile "$REPO/$PROFILE" \
     --configfile /tmp/gpu_proof_recipe.yaml /tmp/gpu_proof_overlay.yaml \
     --config data_mirror="$CARRY/mirror" > "$DAG/dag.log" 2>&1
 tail -n 25 "$DAG/dag.log"
 (cd "$DAG" && tar czf "$OUT/dag.tgz" --exclude='*.ckpt' --exclude='*.pt' --exclude='*.bin' \
     --exclude='*.idx' dag.log results logs mlflow.db .snakemake/log 2>/dev/null)
-cat "$DAG"/results/runs/multi30k_en_de_base/test_2016_flickr.scores.json 2>/dev/null
+cat "$DAG"/results/runs/multi30k_en_de_paper_base/test_2016_flickr.scores.json 2>/dev/null
 fi
 
 # --- 4. decoding on the GPU ---------------------------------------------------------------------
 if wants 4; then
-RUN=$DAG/results/runs/multi30k_en_de_base
+RUN=$DAG/results/runs/multi30k_en_de_paper_base
 DATA=$DAG/results/data/multi30k/en-de
 MODEL=$RUN/averaged.pt SPM=$DAG/results/spm/multi30k/en-de/spm.model
 if [ ! -f "$MODEL" ]; then  # step 3 failed: the carried demo model
