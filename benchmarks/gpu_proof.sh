@@ -37,58 +37,16 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 OUT=${OUT:-$REPO/benchmarks/out/gpu_proof}
 mkdir -p "$OUT"
-CARRY=$REPO/.gpu_carry
 START=$(date +%s)
 LOG=$OUT/proof.log
-rm -f /tmp/gpu_proof_steps.txt
 exec > >(tee -a "$LOG") 2>&1
 
 STEPS=${STEPS:-1 2 3 4 5}
 DAG=/tmp/gpu_proof_dag  # step 3's working directory; step 4 decodes with its model
 wants() { [[ " $STEPS " == *" $1 "* ]]; }
-say() { echo "== [$(( $(date +%s) - START )) s] $*"; }
-# step NAME LIMIT_S COMMAND...: run with a time limit, log its status, never stop the script
-step() {
-    local name=$1 limit=$2
-    shift 2
-    say "$name (limit ${limit}s): $*"
-    local t0=$(date +%s)
-    timeout -s INT -k 10 "$limit" "$@"
-    local rc=$?
-    say "$name: rc=$rc in $(( $(date +%s) - t0 )) s"
-    echo "$name rc=$rc seconds=$(( $(date +%s) - t0 ))" >> /tmp/gpu_proof_steps.txt
-}
-
-# --- the environment: the carried packages, `python` and `snakemake` on PATH -----------------
-if [ -f "$CARRY/site.tgz" ] && [ "$SHRINK" = 0 ]; then
-    tar xzf "$CARRY/site.tgz" -C /tmp && export PYTHONPATH=/tmp/gpusite:$REPO/src
-else
-    export PYTHONPATH=$REPO/src
-fi
-rm -rf /tmp/gpubin && mkdir -p /tmp/gpubin  # fresh files: never write through an old link
-PY=
-for candidate in python python3; do  # the interpreter that has torch
-    command -v $candidate > /dev/null && $candidate -c "import torch" 2> /dev/null &&
-        PY=$(command -v $candidate) && break
-done
-# wrappers, not links: a link to a virtual environment's python loses the environment
-printf '#!/bin/sh\nexec %s "$@"\n' "$PY" > /tmp/gpubin/python
-printf '#!/bin/sh\nexec %s -m snakemake "$@"\n' "$PY" > /tmp/gpubin/snakemake
-printf '#!/bin/sh\nexec %s -m mlflow "$@"\n' "$PY" > /tmp/gpubin/mlflow
-chmod +x /tmp/gpubin/python /tmp/gpubin/snakemake /tmp/gpubin/mlflow
-export PATH=/tmp/gpubin:$PATH PYTHONUNBUFFERED=1
-export TRANSFORMER_NMT_TEST_MIRROR=$CARRY/mirror
-{
-    echo "commit: $(cat "$CARRY/commit" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)"
-    date -u
-    nvidia-smi 2>&1 | head -15
-    lscpu | grep -E 'Model name|^CPU\(s\)'
-    python -c "import torch, lightning, snakemake, mlflow, sentencepiece, sacrebleu, sys
-print(sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda,
-      'lightning', lightning.__version__, 'snakemake', snakemake.__version__,
-      'mlflow', mlflow.__version__, 'sacrebleu', sacrebleu.__version__)
-print('device', torch.cuda.get_device_name() if torch.cuda.is_available() else 'none')"
-} 2>&1
+# the carried packages, python and snakemake on PATH, say and step (a time limit per step)
+STEPS_LOG=/tmp/gpu_proof_steps.txt LOCAL=$SHRINK
+source "$REPO/benchmarks/gpu_env.sh"
 
 # --- 1. training speed and memory; plan on the recipes -----------------------------------------
 if wants 1; then
