@@ -2,6 +2,7 @@
 #   make run     # set up .venv on first use, then: snakemake --cores all $(ARGS)
 #   make test    # set up .venv on first use, then: python -m pytest -q, one worker per core
 # make test-fast: the same without the tests marked slow (whole DAGs, clusters, training runs)
+# make test-gpu: the tests marked gpu alone, cut at a time limit (below)
 # e.g. make run ARGS="--config data_mirror=../shared/data"
 # VENV picks the virtual environment (CI: VENV=.venv-ci); TORCH_INDEX an index for torch, e.g.
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu for the CPU-only build on Linux (PyPI's
@@ -17,7 +18,7 @@ BIN := $(abspath $(VENV))/bin
 # Snakemake's jobs call `python -m transformer_nmt`: the venv's python must come first.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: install run test test-fast lint format ui check-config bench
+.PHONY: install run test test-fast test-gpu lint format ui check-config bench
 .DEFAULT_GOAL := run
 
 # torch first, pinned, so that installing the package does not pull another build of it
@@ -44,6 +45,15 @@ test: install
 
 test-fast: install
 	$(PYTEST) -m "not slow"
+
+# make test-gpu: the tests marked gpu alone, in one process (no xdist workers, each with a pool of
+# inductor compile workers: such a run hung on an H100), inductor compiling in that process, the
+# whole run cut at GPU_TEST_LIMIT seconds; without CUDA every one is skipped. No install step: it
+# runs the python on PATH after the venv's, so a GPU machine's own environment serves too
+GPU_TEST_LIMIT ?= 300
+test-gpu:
+	TORCHINDUCTOR_COMPILE_THREADS=1 timeout -s INT -k 15 $(GPU_TEST_LIMIT) \
+		python -m pytest -q -p no:xdist -m gpu $(ARGS)
 
 # a config's YAML syntax (file:line:column) and keys, e.g. make check-config CONFIG=my.yaml
 CONFIG ?= config/config.yaml

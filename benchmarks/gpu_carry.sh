@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds .gpu_carry/ (git-ignored), what benchmarks/gpu_proof.sh needs on the GPU machine beside
-# this checkout, which that machine (Python 3.12, torch, Lightning, sentencepiece, sacrebleu; no
-# package registry) lacks:
+# Builds .gpu_carry/ (git-ignored), what the GPU scripts (benchmarks/gpu_proof.sh,
+# benchmarks/gpu_multi30k.sh) need on the GPU machine beside this checkout, which that machine
+# (Python 3.12, torch, Lightning, sentencepiece, sacrebleu; no package registry) lacks:
 #   site.tgz  snakemake, MLflow and the rest of this venv's packages that the machine's image does
 #             not have, as cp312 wheels unpacked into gpusite/ (MLflow's UI bundle and PuLP's CBC
 #             binaries left out: no UI is served there and snakemake falls back to its greedy
@@ -11,7 +11,8 @@
 #   bash benchmarks/gpu_carry.sh MIRROR_DIR [DEMO_RESULTS_DIR]
 #     e.g. bash benchmarks/gpu_carry.sh ../shared/data results   (results/: a finished demo run;
 #     without it, no fallback model: step 4 then needs step 3's)
-# Then, with the device tool: run  OUT=$OUT bash benchmarks/gpu_proof.sh  carrying .gpu_carry.
+# Then, with the device tool: run  OUT=$OUT bash benchmarks/gpu_proof.sh  (or gpu_multi30k.sh)
+# carrying .gpu_carry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MIRROR=${1:?the data mirror holding multi30k/}

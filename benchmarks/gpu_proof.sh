@@ -7,7 +7,7 @@
 #      then `plan` on the WMT14 EN-DE recipes, measured on this GPU and estimate-only
 #   2. the test suite's gpu and fast tests with CUDA visible (pytest -m "gpu or not slow"),
 #      each test's outcome on its own line
-#   3. config/experiments/multi30k_en_de_base.yaml through snakemake --profile profiles/gpu,
+#   3. config/experiments/multi30k_en_de_paper_base.yaml through snakemake --profile profiles/gpu,
 #      max_steps cut (MAX_STEPS), MLflow on: BLEU, stage wall times, what auto chose
 #   4. bench_gpu_decoding.py: beam-4 decoding of test_2016_flickr at growing batch sizes
 #   5. if time is left: step 1's big in torch.compile
@@ -37,58 +37,16 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 OUT=${OUT:-$REPO/benchmarks/out/gpu_proof}
 mkdir -p "$OUT"
-CARRY=$REPO/.gpu_carry
 START=$(date +%s)
 LOG=$OUT/proof.log
-rm -f /tmp/gpu_proof_steps.txt
 exec > >(tee -a "$LOG") 2>&1
 
 STEPS=${STEPS:-1 2 3 4 5}
 DAG=/tmp/gpu_proof_dag  # step 3's working directory; step 4 decodes with its model
 wants() { [[ " $STEPS " == *" $1 "* ]]; }
-say() { echo "== [$(( $(date +%s) - START )) s] $*"; }
-# step NAME LIMIT_S COMMAND...: run with a time limit, log its status, never stop the script
-step() {
-    local name=$1 limit=$2
-    shift 2
-    say "$name (limit ${limit}s): $*"
-    local t0=$(date +%s)
-    timeout -s INT -k 10 "$limit" "$@"
-    local rc=$?
-    say "$name: rc=$rc in $(( $(date +%s) - t0 )) s"
-    echo "$name rc=$rc seconds=$(( $(date +%s) - t0 ))" >> /tmp/gpu_proof_steps.txt
-}
-
-# --- the environment: the carried packages, `python` and `snakemake` on PATH -----------------
-if [ -f "$CARRY/site.tgz" ] && [ "$SHRINK" = 0 ]; then
-    tar xzf "$CARRY/site.tgz" -C /tmp && export PYTHONPATH=/tmp/gpusite:$REPO/src
-else
-    export PYTHONPATH=$REPO/src
-fi
-rm -rf /tmp/gpubin && mkdir -p /tmp/gpubin  # fresh files: never write through an old link
-PY=
-for candidate in python python3; do  # the interpreter that has torch
-    command -v $candidate > /dev/null && $candidate -c "import torch" 2> /dev/null &&
-        PY=$(command -v $candidate) && break
-done
-# wrappers, not links: a link to a virtual environment's python loses the environment
-printf '#!/bin/sh\nexec %s "$@"\n' "$PY" > /tmp/gpubin/python
-printf '#!/bin/sh\nexec %s -m snakemake "$@"\n' "$PY" > /tmp/gpubin/snakemake
-printf '#!/bin/sh\nexec %s -m mlflow "$@"\n' "$PY" > /tmp/gpubin/mlflow
-chmod +x /tmp/gpubin/python /tmp/gpubin/snakemake /tmp/gpubin/mlflow
-export PATH=/tmp/gpubin:$PATH PYTHONUNBUFFERED=1
-export TRANSFORMER_NMT_TEST_MIRROR=$CARRY/mirror
-{
-    echo "commit: $(cat "$CARRY/commit" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)"
-    date -u
-    nvidia-smi 2>&1 | head -15
-    lscpu | grep -E 'Model name|^CPU\(s\)'
-    python -c "import torch, lightning, snakemake, mlflow, sentencepiece, sacrebleu, sys
-print(sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda,
-      'lightning', lightning.__version__, 'snakemake', snakemake.__version__,
-      'mlflow', mlflow.__version__, 'sacrebleu', sacrebleu.__version__)
-print('device', torch.cuda.get_device_name() if torch.cuda.is_available() else 'none')"
-} 2>&1
+# the carried packages, python and snakemake on PATH, say and step (a time limit per step)
+STEPS_LOG=/tmp/gpu_proof_steps.txt LOCAL=$SHRINK
+source "$REPO/benchmarks/gpu_env.sh"
 
 # --- 1. training speed and memory; plan on the recipes -----------------------------------------
 if wants 1; then
@@ -131,14 +89,14 @@ grep -cE " PASSED" "$OUT/pytest.log" | sed 's/^/passed lines: /'
 tail -n 3 "$OUT/pytest.log"
 fi
 
-# --- 3. the Multi30k base recipe through the GPU profile ---------------------------------------
+# --- 3. the paper's base on Multi30k through the GPU profile ------------------------------
 if wants 3; then
 MAX_STEPS=${MAX_STEPS:-$([ "$SHRINK" = 1 ] && echo 20 || echo 1500)}
 EVERY=${EVERY:-$([ "$SHRINK" = 1 ] && echo 10 || echo 500)}
 cat > /tmp/gpu_proof_overlay.yaml <<EOF
 # benchmarks/gpu_proof.sh: the recipe with max_steps cut to fit the GPU's time limit
 experiments:
-  multi30k_en_de_base:
+  multi30k_en_de_paper_base:
     train:
       max_steps: $MAX_STEPS
       checkpoint_every_steps: $EVERY
@@ -152,25 +110,25 @@ rm -rf "$DAG" && mkdir -p "$DAG"
 PROFILE=profiles/gpu
 if [ "$SHRINK" = 1 ]; then
     sed 's/accelerator: gpu/accelerator: cpu/; s/precision: auto/precision: 32-true/' \
-        config/experiments/multi30k_en_de_base.yaml > /tmp/gpu_proof_recipe.yaml
+        config/experiments/multi30k_en_de_paper_base.yaml > /tmp/gpu_proof_recipe.yaml
     sed -i 's/preset: base/preset: tiny/' /tmp/gpu_proof_recipe.yaml
     PROFILE=profiles/default
 else
-    cp config/experiments/multi30k_en_de_base.yaml /tmp/gpu_proof_recipe.yaml
+    cp config/experiments/multi30k_en_de_paper_base.yaml /tmp/gpu_proof_recipe.yaml
 fi
-step snakemake_multi30k_base $([ "$SHRINK" = 1 ] && echo 900 || echo "${DAG_LIMIT:-300}") \
+step snakemake_multi30k_paper_base $([ "$SHRINK" = 1 ] && echo 900 || echo "${DAG_LIMIT:-300}") \
     snakemake -d "$DAG" -s "$REPO/Snakefile" --profile "$REPO/$PROFILE" \
     --configfile /tmp/gpu_proof_recipe.yaml /tmp/gpu_proof_overlay.yaml \
     --config data_mirror="$CARRY/mirror" > "$DAG/dag.log" 2>&1
 tail -n 25 "$DAG/dag.log"
 (cd "$DAG" && tar czf "$OUT/dag.tgz" --exclude='*.ckpt' --exclude='*.pt' --exclude='*.bin' \
     --exclude='*.idx' dag.log results logs mlflow.db .snakemake/log 2>/dev/null)
-cat "$DAG"/results/runs/multi30k_en_de_base/test_2016_flickr.scores.json 2>/dev/null
+cat "$DAG"/results/runs/multi30k_en_de_paper_base/test_2016_flickr.scores.json 2>/dev/null
 fi
 
 # --- 4. decoding on the GPU ---------------------------------------------------------------------
 if wants 4; then
-RUN=$DAG/results/runs/multi30k_en_de_base
+RUN=$DAG/results/runs/multi30k_en_de_paper_base
 DATA=$DAG/results/data/multi30k/en-de
 MODEL=$RUN/averaged.pt SPM=$DAG/results/spm/multi30k/en-de/spm.model
 if [ ! -f "$MODEL" ]; then  # step 3 failed: the carried demo model

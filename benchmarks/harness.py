@@ -271,6 +271,18 @@ def timed_train(
 # --- an experiment and its stages -------------------------------------------------------------
 
 
+def key_values(items: list[str], where: str) -> list[tuple[str, Any]]:
+    """A command line's ``KEY=VALUE`` words, each value read as YAML; a word that is not one
+    exits, naming ``where`` (the script and option)."""
+    pairs = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            sys.exit(f"{where}: {item!r} is not key=value")
+        pairs.append((key, yaml.safe_load(value)))
+    return pairs
+
+
 def train_settings(train: dict[str, Any], **overrides: Any) -> dict[str, Any]:
     """An experiment's train settings with a benchmark's ``overrides``, which also win over its
     ``train.by_precision`` entries: a benchmark's own step counts hold in every precision, and

@@ -24,7 +24,9 @@ are read once, at the end).
 ``summary`` reads each run's dev numbers: dev BLEU at K 1 and alpha 0.6 (the last validation,
 ``average_selection.json``), the dev perplexity at the last validation, dev BLEU after the
 pipeline's choice of K and alpha (``alpha_selection.json``), and training's mean target
-tokens/s; per variant their mean and sample sd over seeds. The rule: a variant is adopted only
+tokens/s; per variant their mean and sample sd over seeds. Where a run's test sets were decoded
+and scored (a DAG run to its end), their sacreBLEU and lowercased tokenized BLEU too, with their
+mean and sd, in a table of their own. The rule: a variant is adopted only
 if its mean is above the recipe's by more than the larger of the two sds, on both dev BLEU
 measures. Prints a Markdown table; writes JSON (``--out``).
 """
@@ -40,12 +42,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from harness import machine
+from harness import key_values, machine
 
+from transformer_nmt.evaluation.report import SCORES_SUFFIX
 from transformer_nmt.experiments.paths import ALPHA_SELECTION
 from transformer_nmt.runs import layout
 
 MEASURES = ("dev_bleu_k1", "dev_ppl", "dev_bleu_chosen")
+TEST_METRICS = ("bleu", "bleu_lc_tok")  # sacreBLEU; lowercased tokenized (the literature's)
 
 
 def _set_dotted(target: dict[str, Any], dotted: str, value: Any) -> None:
@@ -58,13 +62,7 @@ def _set_dotted(target: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def _settings(items: list[str], where: str) -> list[tuple[str, Any]]:
-    out = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            sys.exit(f"lever_screen: {where}: {item!r} is not key=value")
-        out.append((key, yaml.safe_load(value)))
-    return out
+    return key_values(items, f"lever_screen: {where}")
 
 
 def build_config(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
@@ -118,6 +116,11 @@ def run_numbers(run: Path) -> dict[str, Any]:
     k1 = (average.get("dev_bleu") or {}).get("1")
     chosen = max((alpha.get("dev_bleu") or {}).values(), default=None)
     metrics = summary.get("metrics") or {}  # the train stage's last logged values
+    tests = {}
+    for path in sorted(run.glob(f"*{SCORES_SUFFIX}")):
+        scores = json.loads(path.read_text())
+        test_set = path.name.removesuffix(SCORES_SUFFIX)
+        tests[test_set] = {m: (scores.get(m) or {}).get("score") for m in TEST_METRICS}
     return {
         "dev_bleu_k1": k1,
         "dev_ppl": metrics.get("val/ppl"),  # the last validation's
@@ -126,6 +129,7 @@ def run_numbers(run: Path) -> dict[str, Any]:
         "best_alpha": alpha.get("best_alpha"),
         "final_step": summary.get("final_step"),
         "tgt_tokens_per_s_mean": metrics.get("train/tgt_tokens_per_s_mean"),
+        "test": tests,
     }
 
 
@@ -144,7 +148,15 @@ def summarize(config: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
             values = [r[measure] for r in runs.values() if r[measure] is not None]
             mean, sd = _mean_sd(values)
             stats[measure] = {"mean": mean, "sd": sd, "n": len(values)}
-        variants[name] = {"runs": runs, "stats": stats}
+        test_sets = sorted({s for r in runs.values() for s in r["test"]})
+        test = {}
+        for test_set in test_sets:
+            for metric in TEST_METRICS:
+                values = [r["test"][test_set][metric] for r in runs.values()
+                          if r["test"].get(test_set, {}).get(metric) is not None]  # fmt: skip
+                mean, sd = _mean_sd(values)
+                test[f"{test_set}.{metric}"] = {"mean": mean, "sd": sd, "n": len(values)}
+        variants[name] = {"runs": runs, "stats": stats, "test": test}
     baseline = next(iter(variants))
     base = variants[baseline]["stats"]
     for name, variant in variants.items():
@@ -201,6 +213,12 @@ def render(result: dict[str, Any]) -> str:
             f"| {name} | {seeds} | {_fmt(stats['dev_bleu_k1'])} | {_fmt(stats['dev_ppl'])} "
             f"| {_fmt(stats['dev_bleu_chosen'])} | {rule} |"
         )
+    measured = sorted({k for variant in result["variants"].values() for k in variant["test"]})
+    if measured:
+        lines += ["", f"| variant | {' | '.join(measured)} |", "|---|" + "---|" * len(measured)]
+        for name, variant in result["variants"].items():
+            cells = [_fmt(variant["test"].get(k, {"mean": None})) for k in measured]
+            lines.append(f"| {name} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 

@@ -154,6 +154,21 @@ def _longest_rank(name: str) -> int:
     return LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES)
 
 
+def one_compile_thread(environ: dict[str, str] | os._Environ[str]) -> int:
+    """Inductor compiles in this process, without its pool of compile-worker processes, unless
+    ``TORCHINDUCTOR_COMPILE_THREADS`` says otherwise: a run of the CUDA tests under pytest-xdist
+    (a pool per worker) hung in that pool's shutdown on an H100 (benchmarks/log/2026-11-27.md),
+    and one compile thread is PyTorch's way around the pool (``torch._inductor.config``'s
+    ``decide_compile_threads``: "setting this to 1" disables async compiling; with it
+    ``AsyncCompile.use_process_pool`` starts no pool). The variable is set for the stages a test
+    starts, the config for this process; returns the threads."""
+    import torch._inductor.config as inductor
+
+    threads = int(environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1"))
+    inductor.compile_threads = threads
+    return threads
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # A pytest-xdist worker (``make test`` starts one per core) computes with one torch thread:
     # the workers already fill the cores, more threads only spin against each other.
@@ -168,6 +183,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     slow_files = {item.path for item in items if "slow" in item.keywords}
     items.sort(key=lambda item: (_longest_rank(item.path.name), item.path not in slow_files))
     if torch.cuda.is_available():
+        if any("gpu" in item.keywords for item in items):
+            one_compile_thread(os.environ)
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:

@@ -266,3 +266,35 @@ def test_the_machine_is_the_packages_cpu_class_in_the_kernels_flags(harness) -> 
     tier = {"amx": "_amx", "avx512_bf16": ""}.get(info["cpu_bf16"])
     if tier is not None:
         assert harness.machine_key(info).endswith(tier) and "avx512_bf16" in info["flags"]
+
+
+@pytest.mark.slow
+def test_gpu_multi30k_script_runs_each_step_in_its_dry_mode(
+    tmp_path: Path, shared_mirror: Path
+) -> None:
+    """benchmarks/gpu_multi30k.sh with GPU_MULTI30K_DRY=1: its three steps on the CPU, tiny (a
+    slice of Multi30k, one seed here), each writing what the GPU run will write under OUT."""
+    out = tmp_path / "out"
+    env = {**_env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "GPU_MULTI30K_DRY": "1", "GPU_MULTI30K_DIR": str(tmp_path / "dag"),
+           "GPU_MULTI30K_MIRROR": str(shared_mirror), "OUT": str(out), "SEEDS": "1"}  # fmt: skip
+    proc = subprocess.run(["bash", str(BENCHMARKS / "gpu_multi30k.sh")], capture_output=True,
+                          text=True, cwd=REPO_ROOT, env=env, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    steps = dict(line.split()[:2] for line in proc.stdout.splitlines()[-4:])
+    assert steps == {"dag": "rc=0", "b_data": "rc=0", "b_fused_loss": "rc=0",
+                     "c_tests_gpu": "rc=0"}, proc.stdout[-3000:]  # fmt: skip
+    multi30k = json.loads((out / "multi30k.json").read_text())
+    assert multi30k["recipe"] == "config/experiments/multi30k_en_de_base.yaml"
+    assert multi30k["complete"] and multi30k["seeds"] == ["1"] and multi30k["dag_seconds"] > 0
+    (run,) = multi30k["runs"].values()
+    assert set(run["test"]) == {"test_2016_flickr", "test_2017_flickr"}
+    assert run["dev_bleu_chosen"] is not None and multi30k["goal"]["met"] is False
+    rows = json.loads((out / "fused_loss.json").read_text())["rows"]
+    assert [row["settings"]["train.fused_loss"] for row in rows] == ["auto", False]
+    assert all(row["tgt_tokens_per_s"] > 0 and row["loss_path"] for row in rows)
+    assert all(row["cuda_peak_allocated_gib"] is None for row in rows)  # no CUDA here
+    tests = (out / "tests_gpu.log").read_text()
+    assert " skipped" in tests and "failed" not in tests and " passed" not in tests
+    assert {p.name for p in out.iterdir()} == {"multi30k.json", "fused_loss.json",
+                                               "tests_gpu.log", "run.log", "dag.tgz"}  # fmt: skip

@@ -148,6 +148,45 @@ def test_a_train_memory_run_is_cut_to_its_steps_in_every_precision():
     assert (cut.val_every_steps, cut.val_beam_bleu_every_steps) == (120, None)
 
 
+def test_a_train_memory_row_sets_its_dotted_keys_over_every_precision():
+    bench = _load("bench_train_memory")
+    config = {"model": {"preset": "big", "overrides": {"p_drop": 0.3}},
+              "train": {"fused_loss": "auto", "max_tokens": "auto",
+                        "by_precision": {"bf16-mixed": {"max_tokens": 9000}}}}  # fmt: skip
+    words = ["train.fused_loss=false", "train.max_tokens=512", "model.preset=tiny",
+             "model.overrides.N=2"]  # fmt: skip
+    settings = bench.harness.key_values(words, "--set")
+    changed = bench.with_settings(config, settings)
+    assert changed["train"]["fused_loss"] is False and changed["train"]["max_tokens"] == 512
+    assert changed["train"]["by_precision"] == {"bf16-mixed": {}}  # the row's value wins
+    assert changed["model"] == {"preset": "tiny", "overrides": {"p_drop": 0.3, "N": 2}}
+    assert config["train"]["fused_loss"] == "auto"  # the recipe's config is left as it was
+    for bad in ("fused_loss=false", "train.a.b=1", "model.d_model=64"):
+        with pytest.raises(SystemExit):
+            bench.with_settings(config, bench.harness.key_values([bad], "--set"))
+
+
+def test_the_cuda_peak_hook_writes_the_childs_peak_at_its_exit(tmp_path):
+    """The hook the train stage's child runs with: at exit, where torch used CUDA, the peak
+    allocated and reserved bytes (a stand-in torch here); nothing where it did not."""
+    import os
+    import subprocess
+
+    bench = _load("bench_train_memory")
+    (tmp_path / "sitecustomize.py").write_text(bench.CUDA_PEAK_HOOK)
+    fake = ("import sys, types; cuda = types.SimpleNamespace(is_initialized=lambda: {used}, "
+            "max_memory_allocated=lambda: 5, max_memory_reserved=lambda: 7); "
+            "sys.modules['torch'] = types.SimpleNamespace(cuda=cuda)")  # fmt: skip
+    for used in (True, False):
+        out = tmp_path / f"peak_{used}.json"
+        env = {**os.environ, "PYTHONPATH": str(tmp_path), "BENCH_CUDA_PEAK_FILE": str(out)}
+        subprocess.run([sys.executable, "-c", fake.format(used=used)], env=env, check=True)
+        if used:
+            assert json.loads(out.read_text()) == {"allocated": 5, "reserved": 7}
+        else:
+            assert not out.exists()
+
+
 def test_peer_recipe_minutes_add_up_invocations_to_their_resume_points():
     """A checkpoint's training minutes: the earlier invocations' time up to their last
     ``checkpoint_last.pt`` (what came after was trained again), then its own invocation's."""
@@ -361,3 +400,23 @@ def test_lever_screen_adopts_only_above_the_larger_sd_on_both_dev_measures(tmp_p
     # a run that did not finish leaves its variant undecided, never adopted
     (runs / "up.seed3" / "alpha_selection.json").unlink()
     assert not screen.summarize(config, runs)["variants"]["up"]["adopt"]
+
+
+def test_lever_screen_summarises_the_test_scores_where_the_runs_have_them(tmp_path):
+    screen = _load("lever_screen")
+    runs = tmp_path / "runs"
+    config = {"experiments": {"gpu": {"seeds": [1, 2]}}}
+    for seed, bleu in ((1, 40.0), (2, 41.0)):
+        _screen_run(runs, f"gpu.seed{seed}", 41.0, 41.5, 5.0)
+        scores = {"bleu": {"score": bleu - 0.5}, "bleu_lc_tok": {"score": bleu}}
+        (runs / f"gpu.seed{seed}" / "test_2016_flickr.scores.json").write_text(json.dumps(scores))
+    result = screen.summarize(config, runs)
+    variant = result["variants"]["gpu"]
+    assert variant["runs"][2]["test"]["test_2016_flickr"] == {"bleu": 40.5, "bleu_lc_tok": 41.0}
+    lc_tok = variant["test"]["test_2016_flickr.bleu_lc_tok"]
+    assert lc_tok["mean"] == pytest.approx(40.5) and lc_tok["n"] == 2
+    assert lc_tok["sd"] == pytest.approx(0.7071, abs=1e-4)
+    assert "| gpu | 40.00 ± 0.71 (n 2) | 40.50 ± 0.71 (n 2) |" in screen.render(result)
+    (runs / "gpu.seed2" / "test_2016_flickr.scores.json").unlink()  # not decoded: left out
+    assert screen.summarize(config, runs)["variants"]["gpu"]["test"][
+        "test_2016_flickr.bleu_lc_tok"]["n"] == 1  # fmt: skip

@@ -45,9 +45,44 @@ def _shell_commands(output: str, stage: str) -> list[str]:
 def test_every_paper_recipe_is_present() -> None:
     assert {p.stem for p in RECIPES} == {
         "wmt14_en_de_base", "wmt14_en_de_big", "wmt14_en_fr_base", "wmt14_en_fr_big",
-        "multi30k_en_de_base", "multi30k_en_fr_base", "multi30k_en_de_cpu", "table3_multi30k",
-        "table3_cpu",
+        "multi30k_en_de_base", "multi30k_en_fr_base", "multi30k_en_de_cpu",
+        "multi30k_en_de_paper_base", "table3_multi30k", "table3_cpu",
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("recipe", ["multi30k_en_de_base", "multi30k_en_fr_base"])
+def test_multi30k_gpu_recipes_are_the_cpu_recipe_on_a_gpu(recipe: str) -> None:
+    """The GPU recipes are the CPU recipe's model, data and search with its bf16 sizing (what was
+    measured on a GPU, record cpu_recipe_lc10k_h200); only the machine's keys differ."""
+    cpu_config = _load(REPO_ROOT / "config" / "experiments" / "multi30k_en_de_cpu.yaml")
+    config = _load(REPO_ROOT / "config" / "experiments" / f"{recipe}.yaml")
+    (cpu,) = cpu_config["experiments"].values()
+    (exp,) = config["experiments"].values()
+    assert (exp["dataset"], exp["preset"]) == ("multi30k", "tiny")
+    assert exp["model_overrides"] == cpu["model_overrides"]
+    assert config["data"]["multi30k"][exp["pair"]] == cpu_config["data"]["multi30k"]["en-de"]
+    for key in ("average_last_k", "translate", "test_sets"):
+        assert exp[key] == cpu[key], key
+    machine = {"accelerator", "devices", "num_nodes", "strategy", "num_workers"}
+    bf16 = {**cpu["train"], **cpu["train"]["by_precision"]["bf16-mixed"]}
+    bf16.pop("by_precision")
+    # the last validation decodes the dev set with the beam anyway: one more halfway, not nine
+    bf16["val_beam_bleu_every_steps"] = 5000
+    train = exp["train"]
+    assert {k: v for k, v in train.items() if k not in machine} == {
+        k: v for k, v in bf16.items() if k not in machine
+    }
+    assert (train["accelerator"], train["devices"], train["precision"]) == ("gpu", 1, "auto")
+    assert exp["resources"]["threads"] == 1  # several seeds share one GPU (host-bound runs)
+
+
+def test_the_papers_base_on_multi30k_is_a_variant() -> None:
+    config = _load(REPO_ROOT / "config" / "experiments" / "multi30k_en_de_paper_base.yaml")
+    (exp,) = config["experiments"].values()
+    assert exp["preset"] == "base" and exp["model_overrides"] == {"p_drop": 0.3}
+    assert exp["train"]["warmup"] == 4000 and exp["train"]["lr_scale"] == 1.0  # §5.3
+    assert exp["translate"]["alpha"] == 0.6  # §6.1
+    assert config["data"]["multi30k"]["en-de"] == _load(DEFAULT)["data"]["multi30k"]["en-de"]
 
 
 @pytest.mark.parametrize(

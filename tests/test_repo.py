@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 import tomllib
+from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
@@ -117,3 +123,38 @@ def test_changelog_keeps_one_heading_per_kind_and_its_top_release_is_the_version
     version = pyproject["project"]["version"]
     assert titles[1].startswith(f"[{version}] - ")
     assert transformer_nmt.__version__ == version
+
+
+def test_make_test_gpu_runs_the_gpu_tests_alone_in_one_process_with_a_time_limit() -> None:
+    if shutil.which("make") is None:
+        pytest.skip("no make on this machine")
+    dry = subprocess.run(["make", "-n", "test-gpu", "GPU_TEST_LIMIT=77"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    words = " ".join(dry.stdout.replace("\\\n", " ").split())
+    assert words.startswith("TORCHINDUCTOR_COMPILE_THREADS=1 timeout ")
+    assert " 77 python -m pytest " in words
+    options = words[words.index("python -m pytest") :].split()[3:]
+    assert {"-p", "no:xdist"} <= set(options) and "-n" not in options
+    assert options[options.index("-m") + 1] == "gpu"
+    assert "pip install" not in dry.stdout  # no install step: a GPU machine's own python runs it
+
+
+def test_a_run_with_gpu_tests_on_cuda_compiles_with_one_inductor_thread(monkeypatch) -> None:
+    import torch._inductor.config as inductor
+
+    from tests import conftest
+
+    monkeypatch.setattr(inductor, "compile_threads", inductor.compile_threads)
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    monkeypatch.setattr(conftest.torch.cuda, "is_available", lambda: True)
+
+    def items(*marks: str) -> list[SimpleNamespace]:
+        return [SimpleNamespace(path=Path(f"test_{m}.py"), keywords={m: 1}) for m in marks]
+
+    conftest.pytest_collection_modifyitems(None, items("slow"))  # no gpu test: pool as it was
+    assert "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ and inductor.compile_threads != 1
+    conftest.pytest_collection_modifyitems(None, items("slow", "gpu"))
+    assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and inductor.compile_threads == 1
+    # a user's own setting stays
+    assert conftest.one_compile_thread({"TORCHINDUCTOR_COMPILE_THREADS": "3"}) == 3
+    assert inductor.compile_threads == 3
