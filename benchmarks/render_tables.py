@@ -2,7 +2,8 @@
 
 Every table of measured figures in those documents sits between ``<!-- table: NAME -->`` and
 ``<!-- /table -->`` and is written here, from ``benchmarks/tables.yaml`` (per table its columns,
-per row a record of ``benchmarks/records/`` and format strings over that record's values) and
+per row a record of ``benchmarks/records/``, format strings over that record's values and, where
+the row shows one of the record's measurements, its own ``runs``) and
 the records themselves. Each row gets four columns of its record: the machine class (CPU vendor
 and the instructions that decide our CPU paths, or the GPU), the runs, the commit that
 reproduces the figure (or the record's ``commit_note`` where none does) and a link to the record.
@@ -83,7 +84,8 @@ def render_table(name: str, table: dict, records: dict[str, dict], link_prefix: 
             raise ValueError(f"{TABLES.name}: table {name}: a row of {row['record']} has "
                              f"{len(cells)} cells for {len(table['columns'])} columns")  # fmt: skip
         link = f"[{row['record']}]({link_prefix}benchmarks/records/{row['record']}.json)"
-        cells += [machine_class(record["machine"]), str(record["runs"]), commit_cell(record), link]
+        runs = row.get("runs", record["runs"])  # a row showing one of a record's measurements
+        cells += [machine_class(record["machine"]), str(runs), commit_cell(record), link]
         lines.append("| " + " | ".join(cells) + " |")
     note = table.get("note")
     return "\n".join(lines) + "\n" + (f"\n{' '.join(note.split())}\n" if note else "")
