@@ -116,7 +116,6 @@ REASONS = {
     "overwritten": "an initial value overwritten before anything reads it",
     "paired": "the key and value buffers are set (and require grad) together: a test of one "
     "is a test of both",
-    "scatter": "scatter_add_ reads only the source entries its index addresses",
     "initial-lr": "LambdaLR always sets initial_lr, and build_scheduler requires it to be 1.0",
     "dedup": "Module.parameters() yields a shared parameter once already",
     "topk-path": "row_topk's block path replaced by (or extended to) torch.topk: the same "
@@ -135,7 +134,6 @@ EQUIVALENT_BY_REASON = {
     "cpu": """
     positional.sinusoidal_encoding#4 #7 #13 #18 #33 #37 positional.SinusoidalPositions.forward#2
     #4 #33 #35 dropout.bernoulli_keep_mask#5 #8
-    loss_kernels.SmoothedCrossEntropy.forward#10 #13 #17 #20 #24 #27
     transformer.Transformer.embed_source#6 #9 transformer.Transformer.embed_target#8 #12
     _stepper.Stepper.__init__#18 #20 greedy.greedy_search#28 #30 #35 #39 #68 #72
     beam.beam_search#20 #51 #54 #61 #65 #73 #77 #87 #89 #168 #170 #236 #238 #342 #345 #351 #353
@@ -162,8 +160,7 @@ EQUIVALENT_BY_REASON = {
     objective.chunked_label_smoothed_cross_entropy#22 #23 #28 #30
     """,
     "to-none": """
-    positional.SinusoidalPositions.forward#39 loss_kernels.SmoothedCrossEntropy.backward#9
-    #10
+    positional.SinusoidalPositions.forward#39
     """,
     "softmax": """
     attention.attention_probs#33 #40 #42
@@ -212,9 +209,6 @@ EQUIVALENT_BY_REASON = {
     """,
     "paired": """
     layers.LayerCache.reorder#14 #18 #35
-    """,
-    "scatter": """
-    loss_kernels.SmoothedCrossEntropy.backward#35
     """,
     "initial-lr": """
     optimizer.follow_max_steps#16 #17 #19 #20 #21 #22
