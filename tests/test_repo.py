@@ -128,8 +128,11 @@ def test_changelog_keeps_one_heading_per_kind_and_its_top_release_is_the_version
 def test_make_test_gpu_runs_the_gpu_tests_alone_in_one_process_with_a_time_limit() -> None:
     if shutil.which("make") is None:
         pytest.skip("no make on this machine")
-    dry = subprocess.run(["make", "-n", "test-gpu", "GPU_TEST_LIMIT=77"], cwd=REPO_ROOT,
-                         capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    # --no-print-directory: under `make test` this make is a sub-make, which would announce
+    # the directory it enters
+    dry = subprocess.run(["make", "--no-print-directory", "-n", "test-gpu", "GPU_TEST_LIMIT=77"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                         check=True)  # fmt: skip
     words = " ".join(dry.stdout.replace("\\\n", " ").split())
     assert words.startswith("TORCHINDUCTOR_COMPILE_THREADS=1 timeout ")
     assert " 77 python -m pytest " in words
