@@ -57,8 +57,9 @@ def machine_class(machine: dict) -> str:
     machines names them in ``class``."""
     if "class" in machine:
         return machine["class"]
-    if "gpu" in machine:
-        return re.match(r"NVIDIA \w+", machine["gpu"]).group(0)
+    if "gpu" in machine:  # "NVIDIA H100 80GB HBM3 (one, ...)" -> "NVIDIA H100"
+        named = re.match(r"NVIDIA \w+", machine["gpu"])
+        return named.group(0) if named else machine["gpu"].split(" (")[0]
     flags = set(machine["cpu_flags"].split())
     tier = next((name for flag, name in CPU_TIERS if flag in flags), "no AVX2")
     model = machine["cpu_model"]
@@ -76,13 +77,20 @@ def render_table(name: str, table: dict, records: dict[str, dict], link_prefix: 
     header = [*table["columns"], *RECORD_COLUMNS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in table["rows"]:
+        where = f"{TABLES.name}: table {name}, row of {row['record']}"
+        if row["record"] not in records:
+            raise ValueError(f"{where}: no benchmarks/records/{row['record']}.json")
         record = records[row["record"]]
         text = {key: value for key, value in record.items() if isinstance(value, str)}
         values = {**text, **record_values(record)}
-        cells = [cell.format(**values) for cell in row["cells"]]
+        try:
+            cells = [cell.format(**values) for cell in row["cells"]]
+        except (KeyError, ValueError) as error:
+            raise ValueError(f"{where}: {error!r} is not a value of that record (or its "
+                             f"format does not fit it)") from None  # fmt: skip
         if len(cells) != len(table["columns"]):
-            raise ValueError(f"{TABLES.name}: table {name}: a row of {row['record']} has "
-                             f"{len(cells)} cells for {len(table['columns'])} columns")  # fmt: skip
+            raise ValueError(f"{where}: {len(cells)} cells for {len(table['columns'])} "
+                             f"columns")  # fmt: skip
         link = f"[{row['record']}]({link_prefix}benchmarks/records/{row['record']}.json)"
         runs = row.get("runs", record["runs"])  # a row showing one of a record's measurements
         cells += [machine_class(record["machine"]), str(runs), commit_cell(record), link]
@@ -110,17 +118,20 @@ def main(argv: list[str] | None = None) -> int:
                         "table that differs from its rendering")  # fmt: skip
     args = parser.parse_args(argv)
     tables, records = load_tables(), load_records()
-    differ = []
+    changed = {}  # every document rendered before any is written: an error leaves them all
     for path in documents():
         text, name = path.read_text(encoding="utf-8"), path.relative_to(REPO).as_posix()
-        rendered = render_text(text, name, tables, records)
-        if rendered == text:
-            continue
-        if args.check:
-            differ.append(name)
-        else:
-            path.write_text(rendered, encoding="utf-8")
-            print(f"rendered the tables of {name}")
+        try:
+            rendered = render_text(text, name, tables, records)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        if rendered != text:
+            changed[path] = rendered
+    differ = [path.relative_to(REPO).as_posix() for path in changed] if args.check else []
+    for path, rendered in {} if args.check else changed.items():
+        path.write_text(rendered, encoding="utf-8")
+        print(f"rendered the tables of {path.relative_to(REPO).as_posix()}")
     for name in differ:
         print(f"{name}: a table differs from its records; run python benchmarks/render_tables.py",
               file=sys.stderr)  # fmt: skip

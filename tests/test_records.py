@@ -203,3 +203,13 @@ def test_make_bench_names_each_cpu_class_as_the_records_do() -> None:
         == "some_cpu_9_base"
     )
     assert {f"demo_{key('AMD EPYC', 'avx512_bf16')}", "demo_xeon_amx"} <= set(load_records())
+
+
+def test_a_row_naming_a_value_its_record_lacks_is_one_error_naming_table_and_record() -> None:
+    records = load_records()
+    table = {"columns": ["Minutes"], "rows": [{"record": "demo_epyc", "cells": ["{no_such:.1f}"]}]}
+    with pytest.raises(ValueError, match=r"tables\.yaml: table t, row of demo_epyc: .*no_such"):
+        render_table("t", table, records, "")
+    table["rows"][0]["record"] = "no_record"
+    with pytest.raises(ValueError, match=r"no benchmarks/records/no_record\.json"):
+        render_table("t", table, records, "")
