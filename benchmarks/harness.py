@@ -28,7 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,11 +83,17 @@ def machine_key(info: dict[str, Any]) -> str:
     model = info["cpu"].lower()
     vendor = next((v for v in ("xeon", "epyc") if v in model), None)
     vendor = vendor or re.sub(r"[^a-z0-9]+", "_", model).strip("_")[:24] or "cpu"
-    flags = set(info["flags"])
-    tier = ("_amx" if "amx_bf16" in flags else "" if "avx512_bf16" in flags
-            else "_avx512" if "avx512f" in flags
-            else "_avx2" if "avx2" in flags else "_base")  # fmt: skip
-    return vendor + tier
+    tier = cpu_tier(info["flags"])
+    return vendor + ("" if tier == "avx512_bf16" else f"_{tier}")
+
+
+def cpu_tier(flags: Iterable[str]) -> str:
+    """What decides our CPU paths, from a CPU's flags: ``amx`` (AMX-BF16), ``avx512_bf16``,
+    ``avx512`` (AVX512 without bf16: torch's AVX512 kernels in fp32), ``avx2``, else ``base``."""
+    flags = set(flags)
+    return ("amx" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags
+            else "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags
+            else "base")  # fmt: skip
 
 
 # --- what a benchmark writes ------------------------------------------------------------------

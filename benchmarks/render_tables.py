@@ -23,14 +23,15 @@ import sys
 from pathlib import Path
 
 import yaml
+from harness import cpu_tier
 from record_claims import REPO, load_records, record_values
 
 TABLES = REPO / "benchmarks" / "tables.yaml"
 BLOCK = re.compile(r"(<!-- table: ([\w-]+) -->\n)(.*?)(<!-- /table -->)", re.DOTALL)
 RECORD_COLUMNS = ["Machine", "Runs", "Commit", "Record"]
-# What decides our CPU paths (training.rules.cpu_bf16_support; harness.machine_key's tiers).
-CPU_TIERS = [("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX512, no bf16"),
-             ("avx2", "AVX2 only")]  # fmt: skip
+# harness.cpu_tier's classes, as a row names them
+TIER_NAMES = {"amx": "AMX", "avx512_bf16": "AVX512-BF16", "avx512": "AVX512, no bf16",
+              "avx2": "AVX2 only", "base": "no AVX2"}  # fmt: skip
 
 
 def documents(repo: Path = REPO) -> list[Path]:
@@ -60,8 +61,7 @@ def machine_class(machine: dict) -> str:
     if "gpu" in machine:  # "NVIDIA H100 80GB HBM3 (one, ...)" -> "NVIDIA H100"
         named = re.match(r"NVIDIA \w+", machine["gpu"])
         return named.group(0) if named else machine["gpu"].split(" (")[0]
-    flags = set(machine["cpu_flags"].split())
-    tier = next((name for flag, name in CPU_TIERS if flag in flags), "no AVX2")
+    tier = TIER_NAMES[cpu_tier(machine["cpu_flags"].split())]
     model = machine["cpu_model"]
     vendor = "AMD EPYC" if "EPYC" in model else "Intel Xeon" if "Xeon" in model else model
     return f"{machine['cores']}-core {vendor}, {tier}"
