@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from transformer_nmt.errors import DataError
 from transformer_nmt.io_utils import read_json
 from transformer_nmt.runs.layout import ALPHA_SELECTION_FILE, EXPERIMENT_FILE, SELECTION_FILE
+from transformer_nmt.tracking.store import sqlite_path
 
 if TYPE_CHECKING:
     from transformer_nmt.evaluation.figures import ReportFigures
@@ -381,8 +382,10 @@ def mlflow_ui_hint(tracking_uri: str) -> str:
     each experiment's link); "" for a SQLite store not created yet."""
     if tracking_uri.startswith(("http://", "https://")):
         return f"MLflow UI: open {tracking_uri}"
-    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[10:]).is_file():
-        return ""
+    if tracking_uri.startswith("sqlite:"):
+        db = sqlite_path(tracking_uri)
+        if db is None or not db.is_file():  # an in-memory store, or none created yet
+            return ""
     return (
         f"MLflow UI: MLFLOW_TRACKING_URI={shlex.quote(tracking_uri)} python -m transformer_nmt ui"
     )

@@ -137,7 +137,7 @@ def sqlite_on_network_filesystem(
     uri: str, mounts: str | os.PathLike[str] = "/proc/mounts"
 ) -> str | None:
     """A warning when ``uri`` is a SQLite file on a network filesystem, else None."""
-    db = _sqlite_path(uri)
+    db = sqlite_path(uri)
     if db is None:
         return None
     kind = filesystem_type(db, mounts)
@@ -174,7 +174,7 @@ def with_retry(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
             wait = min(wait * 2, _RETRY_MAX_S)
 
 
-def _sqlite_path(uri: str) -> Path | None:
+def sqlite_path(uri: str) -> Path | None:
     """The database file of a ``sqlite:///`` URI, else None."""
     if not uri.startswith("sqlite:///"):
         return None
@@ -185,7 +185,7 @@ def _sqlite_path(uri: str) -> Path | None:
 
 
 def _lock_path(uri: str) -> Path:
-    db = _sqlite_path(uri)
+    db = sqlite_path(uri)
     if db is not None:  # beside the artifacts (git-ignored mlruns/), not a stray file
         return db.parent / "mlruns" / f".{db.name}.lock"
     digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
@@ -213,7 +213,7 @@ def open_client(uri: str) -> Any:
     """
     from mlflow.tracking import MlflowClient
 
-    db = _sqlite_path(uri)
+    db = sqlite_path(uri)
     if db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
     client = MlflowClient(tracking_uri=uri)
@@ -234,7 +234,7 @@ def get_or_create_experiment(client: Any, uri: str, name: str) -> str:
             )  # fmt: skip
         return experiment.experiment_id
     artifact_location = None
-    db = _sqlite_path(uri)
+    db = sqlite_path(uri)
     if db is not None:
         artifact_location = (db.resolve().parent / "mlruns" / name).as_uri()
     return with_retry(
